@@ -1,0 +1,500 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// maxCatchUpLag is how many log entries a node may trail the leader's
+// applied index and still count as caught up (for joining -> up and for
+// promotion to voter). Heartbeats report the applied index of a moment ago,
+// so a small lag is normal while the leader writes.
+const maxCatchUpLag = 16
+
+// watchLeadership follows raft's leadership notifications and runs one
+// leaderLoop per term in which this node leads.
+func (n *Node) watchLeadership() {
+	var stop func()
+	end := func() {
+		if stop != nil {
+			stop()
+			stop = nil
+		}
+	}
+	defer end()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case isLeader := <-n.notifyCh:
+			end()
+			if !isLeader {
+				n.log.Info("lost leadership")
+				continue
+			}
+			n.log.Info("won leadership; issuing barrier before serving writes")
+			n.metrics.leaderChanges.Inc()
+			stop = n.startLeaderLoop()
+		}
+	}
+}
+
+// startLeaderLoop runs leaderLoop in the background; the returned function
+// stops it and waits for it to end.
+func (n *Node) startLeaderLoop() (stop func()) {
+	ctx, cancel := context.WithCancel(n.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.leaderLoop(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// leaderLoop runs while this node leads: barrier, create the map if this is
+// a new cluster, then supervise membership until leadership ends.
+func (n *Node) leaderLoop(ctx context.Context) {
+	defer func() {
+		n.leaderMu.Lock()
+		n.ready = false
+		n.leaderMu.Unlock()
+	}()
+	// The barrier makes sure every entry of earlier terms is applied to our
+	// FSM before we decide anything from the map.
+	for {
+		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		if err == nil {
+			break
+		}
+		n.log.Warn("barrier failed; retrying", "err", err)
+		if !sleepCtx(ctx, n.cfg.HeartbeatInterval/4) {
+			return
+		}
+	}
+	now := n.cfg.Now()
+	n.leaderMu.Lock()
+	n.leaderSince = now
+	n.beats = map[NodeID]*heartbeatRecord{}
+	for _, info := range n.Map().Nodes {
+		n.beats[info.ID] = &heartbeatRecord{last: now}
+	}
+	n.ready = true
+	n.leaderMu.Unlock()
+	n.log.Info("leader ready", "epoch", n.Map().Epoch, "term", n.raft.CurrentTerm())
+
+	if !n.Map().Initialized() {
+		self := n.selfInfo()
+		m, err := n.apply(Command{Type: CmdInit, Init: &InitCommand{
+			ClusterID:  "octofs-" + randomHex(8),
+			Partitions: n.cfg.Partitions,
+			First:      NodeInfo{ID: self.ID, AdminAddr: self.AdminAddr, RaftAddr: self.RaftAddr, RDMAAddr: self.RDMAAddr, Region: self.Region},
+		}})
+		if err != nil {
+			n.log.Error("cannot create the cluster map", "err", err)
+		} else {
+			n.log.Info("created cluster map", "cluster_id", m.ClusterID, "partitions", len(m.Partitions))
+		}
+	}
+
+	t := time.NewTicker(max(n.cfg.HeartbeatInterval/2, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		n.supervise()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// apply commits a command through raft and returns the new map, or the
+// FSM's refusal.
+func (n *Node) apply(c Command) (*Map, error) {
+	b, err := EncodeCommand(c)
+	if err != nil {
+		return nil, err
+	}
+	f := n.raft.Apply(b, n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return nil, n.notLeader()
+		}
+		return nil, fmt.Errorf("cluster: raft apply: %w", err)
+	}
+	switch r := f.Response().(type) {
+	case *Map:
+		return r, nil
+	case error:
+		return nil, r
+	}
+	return nil, fmt.Errorf("cluster: unexpected FSM response %T", f.Response())
+}
+
+// supervise is one round of the leader's duties: failure detection, the
+// joining -> up step, keeping the raft configuration in line with the map,
+// and promoting caught-up non-voters while there are fewer than MaxVoters.
+func (n *Node) supervise() {
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	if !n.IsLeader() {
+		return
+	}
+	now := n.cfg.Now()
+	applied := n.raft.AppliedIndex()
+	n.leaderMu.Lock()
+	n.beats[n.id] = &heartbeatRecord{last: now, heard: true, applied: applied, info: n.selfInfo()}
+	beats := make(map[NodeID]heartbeatRecord, len(n.beats))
+	for id, b := range n.beats {
+		beats[id] = *b
+	}
+	n.leaderMu.Unlock()
+
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		n.log.Warn("read raft configuration", "err", err)
+		return
+	}
+	inConfig := map[NodeID]raft.Server{}
+	voters := 0
+	for _, s := range cf.Configuration().Servers {
+		inConfig[NodeID(s.ID)] = s
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	caughtUp := func(b heartbeatRecord) bool { return b.heard && b.applied+maxCatchUpLag >= applied }
+
+	m := n.Map()
+	for _, info := range m.Nodes {
+		b, ok := beats[info.ID]
+		if !ok {
+			b = heartbeatRecord{last: n.leaderSince}
+		}
+		fresh := now.Sub(b.last) < n.cfg.DownAfter
+		var err error
+		switch info.State {
+		case StateRemoved:
+			if _, in := inConfig[info.ID]; in && info.ID != n.id {
+				err = n.raft.RemoveServer(raft.ServerID(info.ID), 0, n.cfg.ApplyTimeout).Error()
+			}
+			if err != nil {
+				n.log.Warn("remove server from raft", "id", info.ID, "err", err)
+			}
+			continue
+		case StateUp:
+			if !fresh {
+				n.log.Warn("node silent; marking down", "id", info.ID, "silent_for", now.Sub(b.last).Round(time.Millisecond))
+				_, err = n.apply(Command{Type: CmdSetState, SetState: &SetStateCommand{ID: info.ID, State: StateDown, Reason: "no heartbeat"}})
+				if err == nil {
+					n.metrics.markedDown.Inc()
+				}
+			}
+		case StateDown:
+			if fresh && b.heard {
+				n.log.Info("node heard again; marking up", "id", info.ID)
+				_, err = n.apply(Command{Type: CmdSetState, SetState: &SetStateCommand{ID: info.ID, State: StateUp, Reason: "heartbeat"}})
+			}
+		case StateJoining:
+			if _, in := inConfig[info.ID]; in && fresh && caughtUp(b) {
+				n.log.Info("node caught up; marking up", "id", info.ID)
+				_, err = n.apply(Command{Type: CmdSetState, SetState: &SetStateCommand{ID: info.ID, State: StateUp, Reason: "caught up"}})
+			}
+		}
+		if err != nil {
+			n.log.Warn("supervise: map change failed", "id", info.ID, "err", err)
+			continue
+		}
+		if _, in := inConfig[info.ID]; !in {
+			n.log.Info("adding node to raft as non-voter", "id", info.ID)
+			if err := n.raft.AddNonvoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+				n.log.Warn("add non-voter", "id", info.ID, "err", err)
+			}
+		}
+		// A node that restarted may come back with a new RDMA address or
+		// region registration (a new rkey): publish it.
+		if b.heard && b.info.ID == info.ID && infoDiffers(info, b.info) {
+			upd := NodeInfo{ID: info.ID, AdminAddr: b.info.AdminAddr, RaftAddr: info.RaftAddr, RDMAAddr: b.info.RDMAAddr, Region: b.info.Region}
+			if _, err := n.apply(Command{Type: CmdUpdateNode, Node: &upd}); err != nil {
+				n.log.Warn("update node", "id", info.ID, "err", err)
+			}
+		}
+	}
+	// Servers raft knows but the map does not (a join that failed half-way).
+	for id := range inConfig {
+		if _, ok := m.Node(id); !ok && id != n.id {
+			n.log.Warn("raft server not in the map; removing it", "id", id)
+			if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+				n.log.Warn("remove server", "id", id, "err", err)
+			}
+		}
+	}
+	// Promotion.
+	var candidates []NodeID
+	for id, s := range inConfig {
+		info, ok := m.Node(id)
+		if s.Suffrage == raft.Nonvoter && ok && info.State == StateUp && caughtUp(beats[id]) {
+			candidates = append(candidates, id)
+		}
+	}
+	slices.Sort(candidates)
+	for _, id := range candidates {
+		if voters >= n.cfg.MaxVoters {
+			break
+		}
+		n.log.Info("promoting caught-up non-voter to voter", "id", id, "voters", voters+1)
+		if err := n.raft.AddVoter(raft.ServerID(id), inConfig[id].Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			n.log.Warn("promote", "id", id, "err", err)
+			break
+		}
+		voters++
+	}
+}
+
+func infoDiffers(info NodeInfo, hb JoinRequest) bool {
+	return info.AdminAddr != hb.AdminAddr || info.RDMAAddr != hb.RDMAAddr || info.Region != hb.Region
+}
+
+// recordHeartbeat is the leader's side of a heartbeat.
+func (n *Node) recordHeartbeat(req HeartbeatRequest) (HeartbeatResponse, error) {
+	if err := n.requireLeader(); err != nil {
+		return HeartbeatResponse{}, err
+	}
+	m := n.Map()
+	info, ok := m.Node(req.ID)
+	if !ok {
+		return HeartbeatResponse{}, fmt.Errorf("%w: %s", ErrUnknownNode, req.ID)
+	}
+	if info.State == StateRemoved {
+		return HeartbeatResponse{}, fmt.Errorf("%w: %s", ErrNodeRemoved, req.ID)
+	}
+	n.metrics.heartbeats.Inc()
+	n.leaderMu.Lock()
+	n.beats[req.ID] = &heartbeatRecord{last: n.cfg.Now(), heard: true, applied: req.AppliedIndex, info: req.JoinRequest}
+	n.leaderMu.Unlock()
+	return HeartbeatResponse{Epoch: m.Epoch, State: info.State}, nil
+}
+
+// heartbeatLoop reports this node to the leader every HeartbeatInterval.
+func (n *Node) heartbeatLoop() {
+	t := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.removed.Load() {
+			return
+		}
+		if !n.joined.Load() || n.raft.State() == raft.Leader {
+			continue
+		}
+		_, leaderAddr := n.Leader()
+		if leaderAddr == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval)
+		req := HeartbeatRequest{JoinRequest: n.selfInfo(), AppliedIndex: n.raft.AppliedIndex(), Epoch: n.Map().Epoch}
+		c := n.client([]string{leaderAddr})
+		_, err := c.Heartbeat(ctx, req)
+		c.CloseIdleConnections()
+		cancel()
+		switch {
+		case errors.Is(err, ErrNodeRemoved):
+			n.onRemoved()
+			return
+		case err != nil && n.ctx.Err() == nil:
+			n.log.Debug("heartbeat failed", "leader", leaderAddr, "err", err)
+		}
+	}
+}
+
+// watchSelfRemoval notices when the map tombstones this node.
+func (n *Node) watchSelfRemoval() {
+	var epoch uint64
+	for {
+		m, err := n.Watch(n.ctx, epoch)
+		if err != nil {
+			return
+		}
+		epoch = m.Epoch
+		if info, ok := m.Node(n.id); ok && info.State == StateRemoved {
+			n.onRemoved()
+			return
+		}
+	}
+}
+
+// onRemoved stops raft on a node that was removed, so it neither receives
+// updates nor disturbs the cluster; its admin API keeps answering status.
+func (n *Node) onRemoved() {
+	if n.removed.Swap(true) {
+		return
+	}
+	n.log.Warn("this node was removed from the cluster; stop it and wipe its data directory before reusing the machine")
+	go func() {
+		if n.raft.State() == raft.Leader {
+			// Let the others carry on; the new leader finishes the removal.
+			_ = n.raft.LeadershipTransfer().Error()
+		}
+		_ = n.raft.Shutdown().Error()
+	}()
+}
+
+// Join admits a node: it enters the map as joining and raft as a non-voter.
+// The leader marks it up (and gives it partitions) once it has caught up,
+// and promotes it to voter while there are fewer than MaxVoters. Joining
+// again with the same id and raft address is a no-op.
+func (n *Node) Join(ctx context.Context, req JoinRequest) (*Map, error) {
+	if !ValidNodeID(req.ID) || req.RaftAddr == "" || req.AdminAddr == "" {
+		return nil, fmt.Errorf("%w: join needs a valid id, raft address and admin address", ErrBadRequest)
+	}
+	if err := n.requireLeader(); err != nil {
+		return nil, err
+	}
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	m := n.Map()
+	if info, ok := m.Node(req.ID); ok {
+		switch {
+		case info.State == StateRemoved:
+			return nil, fmt.Errorf("%w: %s", ErrNodeRemoved, req.ID)
+		case info.RaftAddr != req.RaftAddr:
+			return nil, fmt.Errorf("%w: %s is at %s", ErrNodeExists, req.ID, info.RaftAddr)
+		}
+		return m, nil // already admitted; supervise finishes the raft side
+	}
+	m, err := n.apply(Command{Type: CmdAddNode, Node: &NodeInfo{
+		ID: req.ID, AdminAddr: req.AdminAddr, RaftAddr: req.RaftAddr, RDMAAddr: req.RDMAAddr, Region: req.Region,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("admitted node", "id", req.ID, "epoch", m.Epoch)
+	if err := n.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		// supervise retries: the map says the node belongs.
+		n.log.Warn("add non-voter", "id", req.ID, "err", err)
+	}
+	n.leaderMu.Lock()
+	n.beats[req.ID] = &heartbeatRecord{last: n.cfg.Now()}
+	n.leaderMu.Unlock()
+	return m, nil
+}
+
+// Remove tombstones a node, hands its partitions to the others and takes it
+// out of raft. Removing the leader first hands leadership to another voter;
+// the call then answers with a leader hint for the caller to retry.
+func (n *Node) Remove(ctx context.Context, id NodeID) (*Map, error) {
+	if err := n.requireLeader(); err != nil {
+		return nil, err
+	}
+	if id == n.id {
+		n.log.Info("asked to remove myself; transferring leadership first")
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			return nil, fmt.Errorf("cluster: cannot hand over leadership to remove the leader: %w", err)
+		}
+		return nil, n.waitForOtherLeader(ctx)
+	}
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	m, err := n.apply(Command{Type: CmdRemove, Target: id})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("removed node", "id", id, "epoch", m.Epoch)
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("remove server from raft; supervise retries", "id", id, "err", err)
+	}
+	n.leaderMu.Lock()
+	delete(n.beats, id)
+	n.leaderMu.Unlock()
+	return m, nil
+}
+
+// waitForOtherLeader waits (bounded) until another node leads and returns
+// the not-leader error naming it.
+func (n *Node) waitForOtherLeader(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	for {
+		if id, addr := n.Leader(); id != "" && id != n.id && addr != "" {
+			return &NotLeaderError{LeaderID: id, LeaderAdminAddr: addr}
+		}
+		if !sleepCtx(ctx, 20*time.Millisecond) {
+			return n.notLeader()
+		}
+	}
+}
+
+// Drain moves a node to draining and hands all its partitions to the other
+// nodes; it stays a raft member until removed.
+func (n *Node) Drain(ctx context.Context, id NodeID) (*Map, error) {
+	if err := n.requireLeader(); err != nil {
+		return nil, err
+	}
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	m, err := n.apply(Command{Type: CmdDrain, Target: id})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Info("draining node", "id", id, "epoch", m.Epoch)
+	return m, nil
+}
+
+// joinCluster asks members to admit this node, retrying while no leader
+// is known or the members cannot be reached, and gives up on refusals.
+func (n *Node) joinCluster(ctx context.Context, members []string) error {
+	n.joinMu.Lock()
+	defer n.joinMu.Unlock()
+	if n.joined.Load() {
+		return nil
+	}
+	if n.getToken() == "" {
+		return fmt.Errorf("%w: joining needs the cluster token", ErrUnauthorized)
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		c := n.client(members)
+		_, err := c.Join(ctx, n.selfInfo())
+		c.CloseIdleConnections()
+		if err == nil {
+			if err := storeToken(n.cfg.DataDir, n.getToken()); err != nil {
+				return fmt.Errorf("cluster: store token: %w", err)
+			}
+			n.joined.Store(true)
+			n.log.Info("joined the cluster", "via", members)
+			return nil
+		}
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNodeRemoved) || errors.Is(err, ErrNodeExists) || errors.Is(err, ErrBadRequest) {
+			n.log.Error("join refused", "err", err)
+			return err
+		}
+		n.log.Info("join not possible yet; retrying", "err", err, "in", backoff)
+		if !sleepCtx(ctx, backoff) {
+			return fmt.Errorf("cluster: join via %v: %w (last error: %v)", members, ctx.Err(), err)
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
