@@ -1,0 +1,28 @@
+//go:build !linux
+
+package pmem
+
+import "fmt"
+
+// FileOptions says how to open a region file.
+type FileOptions struct {
+	Require   Requirement
+	Create    bool
+	Size      int64
+	Private   bool
+	SysfsRoot string
+}
+
+// FileMedium is unavailable off Linux.
+type FileMedium struct{ MemMedium }
+
+// OpenFileMedium is unavailable off Linux: mapping files with MAP_SYNC is
+// Linux-only.
+func OpenFileMedium(path string, opts FileOptions) (*FileMedium, error) {
+	return nil, fmt.Errorf("%w: file-backed regions need Linux", ErrUnsupported)
+}
+
+// NewAnonMedium returns volatile memory.
+func NewAnonMedium(size int) (*FileMedium, error) {
+	return &FileMedium{MemMedium{buf: alignedBytes(size)}}, nil
+}
