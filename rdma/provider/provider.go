@@ -18,7 +18,13 @@ type openFunc func(cfg rdma.DeviceConfig) (rdma.Device, error)
 
 // providers is fixed at build time: soft here, verbs in verbs.go when built.
 var providers = map[string]openFunc{
-	"soft": func(cfg rdma.DeviceConfig) (rdma.Device, error) { return soft.Open(cfg) },
+	"soft": func(cfg rdma.DeviceConfig) (rdma.Device, error) {
+		d, err := soft.Open(cfg)
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return d, nil
+	},
 }
 
 // Open opens a device of the named provider ("" means Default).

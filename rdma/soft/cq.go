@@ -1,0 +1,156 @@
+package soft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/octofs/octofs/rdma"
+)
+
+// cq is a completion queue: a ring of depth entries. Completions beyond
+// depth overrun it, which puts the CQ and every queue pair using it in
+// error, as on hardware.
+type cq struct {
+	mu      sync.Mutex
+	ring    []rdma.WorkCompletion
+	head, n int
+	overrun bool
+	closed  bool
+	users   map[*qp]struct{}
+	// notify holds a token when completions may be waiting, to wake Wait.
+	notify chan struct{}
+}
+
+var _ rdma.CQ = (*cq)(nil)
+
+func newCQ(depth int) *cq {
+	return &cq{
+		ring:   make([]rdma.WorkCompletion, depth),
+		users:  make(map[*qp]struct{}),
+		notify: make(chan struct{}, 1),
+	}
+}
+
+// push appends a completion. It returns false if the CQ overran (or is
+// closed); the caller must then fail the CQ's queue pairs with failUsers,
+// after releasing its own locks.
+func (c *cq) push(wc rdma.WorkCompletion) bool {
+	c.mu.Lock()
+	if c.overrun || c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	if c.n == len(c.ring) {
+		c.overrun = true
+		c.mu.Unlock()
+		c.wake()
+		return false
+	}
+	i := c.head + c.n
+	if i >= len(c.ring) {
+		i -= len(c.ring)
+	}
+	c.ring[i] = wc
+	c.n++
+	c.mu.Unlock()
+	c.wake()
+	return true
+}
+
+func (c *cq) wake() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// failUsers moves every queue pair of the CQ to the error state. It runs
+// on its own goroutine, since the caller may hold a queue pair's lock.
+func (c *cq) failUsers() {
+	c.mu.Lock()
+	qps := make([]*qp, 0, len(c.users))
+	for q := range c.users {
+		qps = append(qps, q)
+	}
+	c.mu.Unlock()
+	go func() {
+		for _, q := range qps {
+			q.Modify(rdma.QPAttr{State: rdma.QPSErr})
+		}
+	}()
+}
+
+func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, rdma.ErrClosed
+	}
+	if c.overrun {
+		return 0, rdma.ErrCQOverrun
+	}
+	n := min(len(wc), c.n)
+	for i := 0; i < n; i++ {
+		wc[i] = c.ring[c.head]
+		c.head++
+		if c.head == len(c.ring) {
+			c.head = 0
+		}
+	}
+	c.n -= n
+	return n, nil
+}
+
+func (c *cq) Wait(ctx context.Context, wc []rdma.WorkCompletion) (int, error) {
+	for {
+		n, err := c.Poll(wc)
+		if n > 0 || err != nil {
+			if n > 0 {
+				c.mu.Lock()
+				more := c.n > 0
+				c.mu.Unlock()
+				if more {
+					// Pass the wake-up on to another waiter.
+					c.wake()
+				}
+			}
+			return n, err
+		}
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// attach records that q uses the CQ.
+func (c *cq) attach(q *qp) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("%w: completion queue", rdma.ErrClosed)
+	}
+	c.users[q] = struct{}{}
+	return nil
+}
+
+func (c *cq) detach(q *qp) {
+	c.mu.Lock()
+	delete(c.users, q)
+	c.mu.Unlock()
+}
+
+// Close destroys the CQ; like ibv_destroy_cq it refuses while queue pairs
+// use it.
+func (c *cq) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.users) > 0 {
+		return fmt.Errorf("%w: %d queue pairs use the completion queue", rdma.ErrBusy, len(c.users))
+	}
+	c.closed = true
+	c.wake()
+	return nil
+}

@@ -1,0 +1,274 @@
+package soft
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/octofs/octofs/rdma"
+)
+
+// Device is a soft RDMA device: a user-space NIC listening on a TCP
+// address. It implements rdma.Device and rdma.Faults.
+type Device struct {
+	name string
+	addr string // what peers dial: the listener's address
+	log  *slog.Logger
+	ln   net.Listener
+
+	mu      sync.Mutex
+	closed  bool
+	qps     map[uint32]*qp
+	nextQPN uint32
+	conns   map[*wireConn]struct{}
+	// mrs is a copy-on-write table of memory regions indexed by key>>8,
+	// so that the hot path looks a key up without a lock.
+	mrs    atomic.Pointer[[]*mr]
+	mrFree []uint32
+	mrTag  uint8
+
+	delay   atomic.Int64  // response delay in nanoseconds (Faults)
+	failKey atomic.Uint32 // rkey to reject (Faults)
+
+	wg sync.WaitGroup
+}
+
+var (
+	_ rdma.Device = (*Device)(nil)
+	_ rdma.Faults = (*Device)(nil)
+)
+
+// Capabilities of every soft device.
+var softCaps = rdma.Caps{
+	MaxQPWR:       1 << 14,
+	MaxSGE:        32,
+	MaxInline:     1024,
+	MaxCQE:        1 << 20,
+	MaxMRSize:     1 << 40,
+	MaxMsgSize:    maxMsgSize,
+	MaxRdAtomic:   16,
+	Atomics:       true,
+	AtomicsGlobal: true,
+}
+
+// Open opens a soft device whose NIC listens on cfg.Addr (default
+// 127.0.0.1:0). The address must be one that peers can reach: an
+// unspecified host such as 0.0.0.0 is refused, because the address is what
+// this device advertises in its queue pairs' endpoints.
+func Open(cfg rdma.DeviceConfig) (*Device, error) {
+	addr := cfg.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: soft device address %q: %v", rdma.ErrInvalid, addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return nil, fmt.Errorf("%w: soft device address %q: give the address peers reach this node at, not a wildcard", rdma.ErrInvalid, addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("rdma/soft: listen on %s: %w", addr, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Device{
+		addr:    ln.Addr().String(),
+		ln:      ln,
+		qps:     make(map[uint32]*qp),
+		nextQPN: 1 + rand.Uint32N(1<<22),
+		conns:   make(map[*wireConn]struct{}),
+		mrTag:   uint8(rand.Uint32()),
+	}
+	d.name = "soft:" + d.addr
+	d.log = log.With("device", d.name)
+	empty := make([]*mr, 1) // index 0 is never used, so no key is 0
+	d.mrs.Store(&empty)
+	d.wg.Add(1)
+	go d.acceptLoop()
+	return d, nil
+}
+
+// Name is "soft:" followed by the NIC's address.
+func (d *Device) Name() string { return d.name }
+
+// Provider is "soft".
+func (d *Device) Provider() string { return "soft" }
+
+// Addr is the address the device's NIC listens on.
+func (d *Device) Addr() string { return d.addr }
+
+// Caps reports the soft provider's limits.
+func (d *Device) Caps() rdma.Caps { return softCaps }
+
+// AllocPD allocates a protection domain.
+func (d *Device) AllocPD() (rdma.PD, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, rdma.ErrClosed
+	}
+	return &pd{dev: d}, nil
+}
+
+// CreateCQ creates a completion queue of depth entries.
+func (d *Device) CreateCQ(depth int) (rdma.CQ, error) {
+	if depth <= 0 || depth > softCaps.MaxCQE {
+		return nil, fmt.Errorf("%w: CQ depth %d (1 to %d)", rdma.ErrInvalid, depth, softCaps.MaxCQE)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, rdma.ErrClosed
+	}
+	return newCQ(depth), nil
+}
+
+// Close destroys every queue pair, closes every connection and stops the
+// NIC. Peers see their connections drop.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	qps := make([]*qp, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
+	d.mu.Unlock()
+	d.ln.Close()
+	for _, q := range qps {
+		q.Close()
+	}
+	d.DropConnections()
+	d.wg.Wait()
+	return nil
+}
+
+// DropConnections severs every TCP connection of the device, as a link
+// failure would. Queue pairs that had a connection move to the error
+// state; their outstanding requests complete with WCRetryExcErr and the
+// rest are flushed.
+func (d *Device) DropConnections() {
+	d.mu.Lock()
+	conns := make([]*wireConn, 0, len(d.conns))
+	for c := range d.conns {
+		conns = append(conns, c)
+	}
+	d.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// SetDelay delays every response this device sends by at least delay.
+func (d *Device) SetDelay(delay time.Duration) { d.delay.Store(int64(delay)) }
+
+// FailKey makes the device reject rkey as a responder, as if it named no
+// memory region; FailKey(0) clears it.
+func (d *Device) FailKey(rkey uint32) { d.failKey.Store(rkey) }
+
+func (d *Device) acceptLoop() {
+	defer d.wg.Done()
+	for {
+		nc, err := d.ln.Accept()
+		if err != nil {
+			return
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.serveIncoming(nc)
+		}()
+	}
+}
+
+// helloTimeout bounds how long a new connection may take to say hello.
+const helloTimeout = 10 * time.Second
+
+// serveIncoming reads a requester's hello, attaches the connection to the
+// addressed queue pair and runs its responder until the connection ends.
+func (d *Device) serveIncoming(nc net.Conn) {
+	c := d.track(nc)
+	if c == nil {
+		return
+	}
+	defer c.Close()
+	nc.SetDeadline(time.Now().Add(helloTimeout))
+	h, err := readHello(nc)
+	if err != nil {
+		d.log.Debug("dropping connection with bad hello", "remote", nc.RemoteAddr(), "err", err)
+		return
+	}
+	d.mu.Lock()
+	q := d.qps[h.DstQPN]
+	d.mu.Unlock()
+	status := helloNoQP
+	var r *responder
+	if q != nil {
+		status, r = q.attachResponder(c, h)
+	}
+	if _, err := nc.Write(marshalHelloAnswer(status)); err != nil || status != helloOK {
+		if r != nil {
+			q.detachResponder(r)
+		}
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	r.run()
+}
+
+// wireConn is one TCP connection of the device.
+type wireConn struct {
+	net.Conn
+	dev  *Device
+	once sync.Once
+}
+
+// track registers nc with the device, or closes it if the device is closed.
+func (d *Device) track(nc net.Conn) *wireConn {
+	c := &wireConn{Conn: nc, dev: d}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		nc.Close()
+		return nil
+	}
+	d.conns[c] = struct{}{}
+	return c
+}
+
+// Close closes the connection once and forgets it.
+func (c *wireConn) Close() error {
+	c.once.Do(func() {
+		c.Conn.Close()
+		c.dev.mu.Lock()
+		delete(c.dev.conns, c)
+		c.dev.mu.Unlock()
+	})
+	return nil
+}
+
+// responseDelay sleeps for the injected response delay, if any.
+func (d *Device) responseDelay() {
+	if delay := time.Duration(d.delay.Load()); delay > 0 {
+		time.Sleep(delay)
+	}
+}
+
+// discard reads and drops n payload bytes.
+func discard(r *bufio.Reader, n uint32) error {
+	_, err := io.CopyN(io.Discard, r, int64(n))
+	return err
+}

@@ -1,0 +1,467 @@
+package soft
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/octofs/octofs/rdma"
+)
+
+// The requester side of a queue pair: the connection it dials, the frames
+// it transmits, and the responses that complete its send queue.
+
+// txScratch is reused by every transmission; txMu guards it.
+type txScratch struct {
+	hdrs  []byte
+	bufs  net.Buffers
+	spans [][]byte
+	held  []*mr
+}
+
+// Bounds of one batch of frames written with a single writev.
+const (
+	maxBatchFrames = 64
+	maxBatchBytes  = 256 << 10
+)
+
+// errStale means a connection or response no longer belongs to the queue
+// pair's current connection.
+var errStale = errors.New("stale")
+
+// connect dials the peer if there is work and no connection yet. It
+// returns whether a connection is ready. Dialing retries while the peer is
+// not ready, within the transport budget, as hardware retries requests.
+func (q *qp) connect(stop chan struct{}) bool {
+	q.mu.Lock()
+	if q.state != rdma.QPSRTS || q.senderStop != stop {
+		q.mu.Unlock()
+		return false
+	}
+	if q.out != nil {
+		q.mu.Unlock()
+		return true
+	}
+	if q.sqNext == q.sqTail {
+		q.mu.Unlock()
+		return false
+	}
+	remote, budget := q.remote, q.budget
+	q.mu.Unlock()
+
+	var deadline time.Time
+	if budget > 0 {
+		deadline = time.Now().Add(budget)
+	}
+	backoff := time.Millisecond
+	for {
+		c, err := q.dial(remote, deadline)
+		if err == nil {
+			q.mu.Lock()
+			if q.state != rdma.QPSRTS || q.senderStop != stop || q.out != nil {
+				q.mu.Unlock()
+				c.Close()
+				return false
+			}
+			q.out = c
+			q.dev.wg.Add(1)
+			go q.readResponses(c)
+			q.mu.Unlock()
+			return true
+		}
+		q.dev.log.Debug("dial", "qpn", q.qpn, "remote", remote.Addr, "err", err)
+		if !deadline.IsZero() && time.Now().Add(backoff).After(deadline) {
+			q.mu.Lock()
+			if q.senderStop == stop && q.state == rdma.QPSRTS {
+				q.failLocked(rdma.WCRetryExcErr)
+			}
+			q.mu.Unlock()
+			return false
+		}
+		select {
+		case <-stop:
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+}
+
+// dial opens a requester connection to the remote queue pair.
+func (q *qp) dial(remote rdma.Endpoint, deadline time.Time) (*wireConn, error) {
+	timeout := 5 * time.Second
+	if !deadline.IsZero() {
+		timeout = min(timeout, time.Until(deadline))
+	}
+	nc, err := net.DialTimeout("tcp", remote.Addr, max(timeout, time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	c := q.dev.track(nc)
+	if c == nil {
+		return nil, rdma.ErrClosed
+	}
+	nc.SetDeadline(time.Now().Add(helloTimeout))
+	h := hello{SrcQPN: q.qpn, DstQPN: remote.QPN, SrcAddr: q.dev.addr}
+	if _, err := nc.Write(h.marshal()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	status, err := readHelloAnswer(nc)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if status != helloOK {
+		c.Close()
+		return nil, fmt.Errorf("peer queue pair %d: %v", remote.QPN, status)
+	}
+	nc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// transmit sends queued requests in order, batching frames into one
+// writev, until none remain or the next one's payload exceeds limit. It
+// reports whether requests were left for the sender goroutine. The caller
+// holds txMu.
+func (q *qp) transmit(limit int) (more bool) {
+	tx := &q.tx
+	for {
+		tx.hdrs = tx.hdrs[:0]
+		tx.bufs = tx.bufs[:0]
+		tx.spans = tx.spans[:0]
+		batch, bytes := 0, 0
+		q.mu.Lock()
+		c := q.out
+		if q.state != rdma.QPSRTS || c == nil {
+			q.mu.Unlock()
+			return false
+		}
+		for batch < maxBatchFrames && q.sqNext < q.sqTail && !q.rnrPaused && !q.txStopped {
+			w := &q.sq[q.sqNext%uint64(len(q.sq))]
+			if w.flags&rdma.SendFence != 0 && q.rdAtomicInFlight > 0 {
+				break
+			}
+			payload := 0
+			if hasOutgoingPayload(w.op) {
+				payload = int(w.length)
+			}
+			if payload > limit {
+				more = true
+				break
+			}
+			if batch > 0 && bytes+payload > maxBatchBytes {
+				break
+			}
+			nspans := len(tx.spans)
+			if hasOutgoingPayload(w.op) {
+				if w.isInline {
+					tx.spans = append(tx.spans, w.inline)
+				} else {
+					var st rdma.WCStatus
+					tx.spans, tx.held, st = q.dev.localSpans(q.pd, w.sgl, false, tx.spans, tx.held)
+					if st != rdma.WCSuccess {
+						w.localErr = st
+						q.txStopped = true
+						tx.spans = tx.spans[:nspans]
+						q.failLocalLocked()
+						break
+					}
+				}
+			}
+			off := len(tx.hdrs)
+			tx.hdrs = append(tx.hdrs, make([]byte, frameHeaderSize)...)
+			h := requestHeader(w)
+			h.encode(tx.hdrs[off:])
+			batch++
+			bytes += frameHeaderSize + payload
+			q.sqNext++
+			if w.op == rdma.OpRead || w.op.IsAtomic() {
+				q.rdAtomicInFlight++
+			}
+			// Headers are appended to one buffer that may move while
+			// the batch grows, so record offsets and slice them below.
+			tx.bufs = append(tx.bufs, nil)
+			tx.bufs = append(tx.bufs, tx.spans[nspans:]...)
+		}
+		q.mu.Unlock()
+		if batch == 0 {
+			tx.held = releaseAll(tx.held)
+			return more
+		}
+		// Fill in the header slices now that tx.hdrs no longer grows.
+		hi := 0
+		for i := range tx.bufs {
+			if tx.bufs[i] == nil {
+				tx.bufs[i] = tx.hdrs[hi : hi+frameHeaderSize]
+				hi += frameHeaderSize
+			}
+		}
+		bufs := tx.bufs // WriteTo consumes its receiver
+		_, err := bufs.WriteTo(c)
+		tx.held = releaseAll(tx.held)
+		if err != nil {
+			q.connFailed(c)
+			return false
+		}
+	}
+}
+
+func hasOutgoingPayload(op rdma.Opcode) bool {
+	switch op {
+	case rdma.OpSend, rdma.OpSendWithImm, rdma.OpWrite, rdma.OpWriteWithImm:
+		return true
+	}
+	return false
+}
+
+// requestHeader builds the frame header of a send work request.
+func requestHeader(w *sendWQE) frameHeader {
+	h := frameHeader{PSN: w.psn, Length: w.length, RKey: w.rkey, RemoteAddr: w.raddr}
+	switch w.op {
+	case rdma.OpSend:
+		h.Type = frameSend
+	case rdma.OpSendWithImm:
+		h.Type, h.Imm, h.Flags = frameSendImm, w.imm, flagHasImm
+	case rdma.OpWrite:
+		h.Type = frameWrite
+	case rdma.OpWriteWithImm:
+		h.Type, h.Imm, h.Flags = frameWriteImm, w.imm, flagHasImm
+	case rdma.OpRead:
+		h.Type = frameRead
+	case rdma.OpAtomicCmpAndSwp:
+		h.Type, h.CompareAdd, h.Swap = frameCmpSwp, w.cmp, w.swap
+	case rdma.OpAtomicFetchAndAdd:
+		h.Type, h.CompareAdd = frameFetchAdd, w.cmp
+	}
+	if w.flags&rdma.SendSolicited != 0 {
+		h.Flags |= flagSolicited
+	}
+	return h
+}
+
+// failLocalLocked fails the queue pair if the oldest request failed
+// locally and everything before it has completed: errors complete in
+// order, like everything else.
+func (q *qp) failLocalLocked() {
+	if q.sqHead == q.sqNext && q.sqHead < q.sqTail {
+		if st := q.sq[q.sqHead%uint64(len(q.sq))].localErr; st != rdma.WCSuccess {
+			q.failLocked(st)
+		}
+	}
+}
+
+// connFailed handles the loss of the requester connection c: outstanding
+// work fails with WCRetryExcErr, as when hardware exhausts its retries.
+func (q *qp) connFailed(c *wireConn) {
+	c.Close()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.out != c {
+		return
+	}
+	q.failLocked(rdma.WCRetryExcErr)
+}
+
+// readResponses reads responses from the requester connection until it
+// fails or closes.
+func (q *qp) readResponses(c *wireConn) {
+	defer q.dev.wg.Done()
+	br := bufio.NewReaderSize(c, 64<<10)
+	var hb [frameHeaderSize]byte
+	var h frameHeader
+	var spans [][]byte
+	var held []*mr
+	var sgl []rdma.SGE
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			q.connFailed(c)
+			return
+		}
+		err := h.decode(hb[:])
+		if err == nil && h.Type.isRequest() {
+			err = fmt.Errorf("%w: request frame on a requester connection", rdma.ErrProtocol)
+		}
+		if err == nil {
+			spans, held, sgl, err = q.handleResponse(c, &h, br, spans, held, sgl)
+		}
+		if err != nil {
+			if !errors.Is(err, errStale) {
+				q.dev.log.Warn("closing requester connection", "qpn", q.qpn, "err", err)
+				q.mu.Lock()
+				if q.out == c {
+					q.failLocked(rdma.WCBadRespErr)
+				}
+				q.mu.Unlock()
+			}
+			c.Close()
+			return
+		}
+	}
+}
+
+// handleResponse applies one response to the send queue.
+func (q *qp) handleResponse(c *wireConn, h *frameHeader, br *bufio.Reader, spans [][]byte, held []*mr, sgl []rdma.SGE) ([][]byte, []*mr, []rdma.SGE, error) {
+	q.mu.Lock()
+	if q.out != c {
+		q.mu.Unlock()
+		return spans, held, sgl, errStale
+	}
+	// Every response acknowledges the requests before its PSN.
+	inclusive := h.Type == frameAck
+	if err := q.ackLocked(h.PSN, inclusive); err != nil {
+		q.failLocked(rdma.WCBadRespErr)
+		q.mu.Unlock()
+		return spans, held, sgl, err
+	}
+	if inclusive {
+		q.mu.Unlock()
+		return spans, held, sgl, nil
+	}
+	if q.sqHead == q.sqNext {
+		q.mu.Unlock()
+		return spans, held, sgl, fmt.Errorf("%w: response for PSN %d with nothing outstanding", rdma.ErrProtocol, h.PSN)
+	}
+	head := q.sqHead
+	w := &q.sq[head%uint64(len(q.sq))]
+	if w.psn != h.PSN {
+		q.mu.Unlock()
+		return spans, held, sgl, fmt.Errorf("%w: response for PSN %d, expected %d", rdma.ErrProtocol, h.PSN, w.psn)
+	}
+	switch h.Type {
+	case frameNak:
+		q.failLocked(nakCode(h.Code).status())
+		q.mu.Unlock()
+		return spans, held, sgl, nil
+	case frameRNRNak:
+		if !w.op.ConsumesRecv() {
+			q.mu.Unlock()
+			return spans, held, sgl, fmt.Errorf("%w: RNR NAK for %v", rdma.ErrProtocol, w.op)
+		}
+		q.rnrLocked(w, rdma.RNRTimer(h.Code))
+		q.mu.Unlock()
+		return spans, held, sgl, nil
+	case frameReadResp:
+		if w.op != rdma.OpRead || h.Length != w.length {
+			q.mu.Unlock()
+			return spans, held, sgl, fmt.Errorf("%w: READ response of %d bytes for %v of %d", rdma.ErrProtocol, h.Length, w.op, w.length)
+		}
+	case frameAtomicResp:
+		if !w.op.IsAtomic() {
+			q.mu.Unlock()
+			return spans, held, sgl, fmt.Errorf("%w: atomic response for %v", rdma.ErrProtocol, w.op)
+		}
+	}
+	sgl = append(sgl[:0], w.sgl...)
+	q.mu.Unlock()
+
+	// Place READ data or the atomic's original value in local memory,
+	// outside the lock: the payload may be large.
+	var st rdma.WCStatus
+	spans, held, st = q.dev.localSpans(q.pd, sgl, true, spans[:0], held[:0])
+	if st == rdma.WCSuccess {
+		if h.Type == frameReadResp {
+			for _, s := range spans {
+				if _, err := io.ReadFull(br, s); err != nil {
+					releaseAll(held)
+					return spans, held[:0], sgl, err
+				}
+			}
+		} else {
+			var old [8]byte
+			binary.NativeEndian.PutUint64(old[:], h.CompareAdd)
+			rest := old[:]
+			for _, s := range spans {
+				rest = rest[copy(s, rest):]
+			}
+		}
+	} else if h.Type == frameReadResp {
+		if err := discard(br, h.Length); err != nil {
+			releaseAll(held)
+			return spans, held[:0], sgl, err
+		}
+	}
+	held = releaseAll(held)
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.out != c || q.sqHead != head {
+		// The queue pair was flushed meanwhile.
+		return spans, held, sgl, errStale
+	}
+	if st != rdma.WCSuccess {
+		q.failLocked(st)
+		return spans, held, sgl, nil
+	}
+	q.rdAtomicInFlight--
+	q.completeHeadLocked(w)
+	if q.rdAtomicInFlight == 0 && q.sqNext < q.sqTail {
+		q.kick() // a FENCEd request may be waiting for this one
+	}
+	return spans, held, sgl, nil
+}
+
+// ackLocked completes the transmitted SEND and WRITE requests before psn
+// (through psn if inclusive). Reaching a READ or atomic is a protocol
+// error: those complete only with their own response.
+func (q *qp) ackLocked(psn uint32, inclusive bool) error {
+	for q.sqHead < q.sqNext {
+		w := &q.sq[q.sqHead%uint64(len(q.sq))]
+		if psnBefore(psn, w.psn) || (!inclusive && w.psn == psn) {
+			break
+		}
+		if w.op == rdma.OpRead || w.op.IsAtomic() {
+			return fmt.Errorf("%w: acknowledgement of PSN %d passes %v at PSN %d", rdma.ErrProtocol, psn, w.op, w.psn)
+		}
+		q.completeHeadLocked(w)
+	}
+	return nil
+}
+
+// completeHeadLocked completes the oldest request successfully.
+func (q *qp) completeHeadLocked(w *sendWQE) {
+	if w.signaled {
+		wc := rdma.WorkCompletion{ID: w.id, Opcode: rdma.WCOpcodeOf(w.op), QPN: q.qpn}
+		if w.op == rdma.OpRead || w.op.IsAtomic() {
+			wc.ByteLen = w.length
+		}
+		q.sendCQ.push(wc)
+	}
+	q.sqHead++
+	q.lastProgress = time.Now()
+	q.failLocalLocked()
+}
+
+// rnrLocked handles an RNR NAK for the oldest request w: after the
+// responder's timer, everything from w on is transmitted again (the
+// responder dropped what followed w), until w's RNR retries run out.
+func (q *qp) rnrLocked(w *sendWQE, timer rdma.RNRTimer) {
+	if w.rnrLeft == 0 {
+		q.failLocked(rdma.WCRNRRetryExcErr)
+		return
+	}
+	if w.rnrLeft > 0 {
+		w.rnrLeft--
+	}
+	q.lastProgress = time.Now()
+	q.sqNext = q.sqHead
+	q.rdAtomicInFlight = 0
+	q.txStopped = false
+	for i := q.sqHead; i < q.sqTail; i++ {
+		q.sq[i%uint64(len(q.sq))].localErr = rdma.WCSuccess
+	}
+	q.rnrPaused = true
+	stop := q.senderStop
+	time.AfterFunc(time.Duration(timer.Micros())*time.Microsecond, func() {
+		q.mu.Lock()
+		if q.senderStop == stop {
+			q.rnrPaused = false
+		}
+		q.mu.Unlock()
+		q.kick()
+	})
+}
