@@ -32,9 +32,8 @@ func newCQ(depth int) *cq {
 	}
 }
 
-// push appends a completion. It returns false if the CQ overran (or is
-// closed); the caller must then fail the CQ's queue pairs with failUsers,
-// after releasing its own locks.
+// push appends a completion. When the CQ overruns it reports false, and the
+// first overrun puts every queue pair of the CQ in error.
 func (c *cq) push(wc rdma.WorkCompletion) bool {
 	c.mu.Lock()
 	if c.overrun || c.closed {
@@ -45,6 +44,7 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 		c.overrun = true
 		c.mu.Unlock()
 		c.wake()
+		c.failUsers()
 		return false
 	}
 	i := c.head + c.n
@@ -65,8 +65,8 @@ func (c *cq) wake() {
 	}
 }
 
-// failUsers moves every queue pair of the CQ to the error state. It runs
-// on its own goroutine, since the caller may hold a queue pair's lock.
+// failUsers moves every queue pair of the CQ to the error state, on its
+// own goroutine, since the caller may hold a queue pair's lock.
 func (c *cq) failUsers() {
 	c.mu.Lock()
 	qps := make([]*qp, 0, len(c.users))

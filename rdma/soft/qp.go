@@ -335,6 +335,33 @@ func (q *qp) fail(status rdma.WCStatus) {
 // PostSend queues send work requests and starts their transmission.
 func (q *qp) PostSend(wrs []rdma.SendWR) error {
 	q.mu.Lock()
+	err := q.postSendLocked(wrs)
+	pending := q.sqNext < q.sqTail && q.state == rdma.QPSRTS
+	connected := q.out != nil
+	if pending {
+		q.armWatchdogLocked()
+	}
+	q.mu.Unlock()
+	if pending {
+		// Small requests go out on the caller's goroutine when nobody
+		// else is transmitting: one system call, no hand-off. Anything
+		// else wakes the sender goroutine, so that posting never blocks
+		// on the network.
+		if !connected || !q.txMu.TryLock() {
+			q.kick()
+		} else {
+			more := q.transmit(inlineTxLimit)
+			q.txMu.Unlock()
+			if more {
+				q.kick()
+			}
+		}
+	}
+	return err
+}
+
+// postSendLocked queues wrs up to the first one refused.
+func (q *qp) postSendLocked(wrs []rdma.SendWR) error {
 	for i := range wrs {
 		wr := &wrs[i]
 		switch q.state {
@@ -344,43 +371,19 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 			q.sendCQ.push(rdma.WorkCompletion{ID: wr.ID, Status: rdma.WCWRFlushErr, Opcode: rdma.WCOpcodeOf(wr.Opcode), QPN: q.qpn})
 			continue
 		default:
-			state := q.state
-			q.mu.Unlock()
-			return &rdma.PostError{Index: i, Err: fmt.Errorf("%w: post send in state %v", rdma.ErrBadState, state)}
+			return &rdma.PostError{Index: i, Err: fmt.Errorf("%w: post send in state %v", rdma.ErrBadState, q.state)}
 		}
 		if q.sqTail-q.sqHead == uint64(len(q.sq)) {
-			q.mu.Unlock()
 			return &rdma.PostError{Index: i, Err: fmt.Errorf("%w: %d send requests outstanding", rdma.ErrQueueFull, len(q.sq))}
 		}
 		w := &q.sq[q.sqTail%uint64(len(q.sq))]
 		if err := q.fillSendWQE(w, wr); err != nil {
-			q.mu.Unlock()
 			return &rdma.PostError{Index: i, Err: err}
 		}
 		w.psn = q.nextPSN
 		q.nextPSN++
 		q.sqTail++
 	}
-	pending := q.sqNext < q.sqTail
-	connected := q.out != nil
-	if pending {
-		q.armWatchdogLocked()
-	}
-	q.mu.Unlock()
-	if !pending {
-		return nil
-	}
-	// Small requests go out on the caller's goroutine when nobody else is
-	// transmitting: one system call, no hand-off. Anything else wakes the
-	// sender goroutine, so that posting never blocks on the network.
-	if connected && q.txMu.TryLock() {
-		more := q.transmit(inlineTxLimit)
-		q.txMu.Unlock()
-		if !more {
-			return nil
-		}
-	}
-	q.kick()
 	return nil
 }
 
@@ -408,8 +411,8 @@ func (q *qp) fillSendWQE(w *sendWQE, wr *rdma.SendWR) error {
 	}
 	inline := wr.Flags&rdma.SendInline != 0
 	switch {
-	case wr.Opcode.IsAtomic() && total != 8:
-		return fmt.Errorf("%w: %v needs an 8-byte local buffer, got %d", rdma.ErrInvalid, wr.Opcode, total)
+	case wr.Opcode.IsAtomic() && (len(wr.SGL) != 1 || total != 8):
+		return fmt.Errorf("%w: %v needs one 8-byte local buffer, got %d bytes in %d SGEs", rdma.ErrInvalid, wr.Opcode, total, len(wr.SGL))
 	case inline && (wr.Opcode == rdma.OpRead || wr.Opcode.IsAtomic()):
 		return fmt.Errorf("%w: inline %v", rdma.ErrInvalid, wr.Opcode)
 	case inline && total > uint64(q.maxInline):
