@@ -343,17 +343,20 @@ func (c *checker) checkIndexes() {
 	g := r.geo
 	r.allocMu.Lock()
 	defer r.allocMu.Unlock()
-	for name, pair := range map[string]struct {
-		b   *bitset
-		off uint64
-	}{"records": {&r.recUsed, g.RecBitmapOff}, "blocks": {&r.blkUsed, g.BlkBitmapOff}} {
+	for _, pair := range []struct {
+		name string
+		b    *bitset
+		off  uint64
+	}{{"records", &r.recUsed, g.RecBitmapOff}, {"blocks", &r.blkUsed, g.BlkBitmapOff}} {
+		name := pair.name
 		for w := range pair.b.w {
 			have := r.load8(pair.off + 8*uint64(w))
 			if w == len(pair.b.w)-1 && pair.b.n%64 != 0 {
 				have &= 1<<(pair.b.n%64) - 1
 			}
 			if have != pair.b.w[w] {
-				c.add(SevError, name, "", "in-memory allocator index disagrees with the bitmap at word %d (%#x vs %#x): a transaction is in flight or this is a bug", w, pair.b.w[w], have)
+				// Repair rebuilds the indexes from the repaired bitmaps.
+				c.addFix(SevError, name, "rebuild the in-memory index", nil, "in-memory allocator index disagrees with the bitmap at word %d (%#x vs %#x): the medium changed behind the allocator, a transaction is in flight, or this is a bug", w, pair.b.w[w], have)
 				break
 			}
 		}

@@ -53,6 +53,18 @@ func (tx *Tx) log(e logEntry) error {
 			tx.entries[i].val = e.val
 			return nil
 		}
+	} else {
+		// Bit operations on one bitmap word merge when nothing else
+		// touched the word since (allocating many records or blocks).
+		for i := len(tx.entries) - 1; i >= 0; i-- {
+			if x := &tx.entries[i]; x.off == e.off {
+				if x.op == e.op {
+					x.val |= e.val
+					return nil
+				}
+				break
+			}
+		}
 	}
 	if len(tx.entries) >= tx.Cap() {
 		tx.err = fmt.Errorf("%w: more than %d word updates; split the update or format with larger log slots", ErrTxTooLarge, tx.Cap())
