@@ -46,7 +46,7 @@ func (n *Node) startAdmin() {
 	n.goRun(func() {
 		var err error
 		if n.cfg.AdminTLS != nil {
-			n.httpSrv.TLSConfig = n.cfg.AdminTLS
+			n.httpSrv.TLSConfig = n.cfg.AdminTLS.Clone()
 			err = n.httpSrv.ServeTLS(ln, "", "")
 		} else {
 			err = n.httpSrv.Serve(ln)
@@ -324,10 +324,6 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, ErrUnauthorized)
 		return
 	}
-	if n.joined.Load() {
-		writeError(w, fmt.Errorf("%w: node %s is already a cluster member", ErrBadRequest, n.id))
-		return
-	}
 	n.tokenMu.Lock()
 	switch {
 	case n.token == "":
@@ -338,6 +334,10 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.tokenMu.Unlock()
+	if n.joined.Load() {
+		writeError(w, fmt.Errorf("%w: node %s is already a cluster member", ErrBadRequest, n.id))
+		return
+	}
 	var req SelfJoinRequest
 	if err := DecodeRequest(r.Body, &req); err != nil {
 		writeError(w, err)

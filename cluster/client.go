@@ -89,7 +89,7 @@ func NewAdminClient(servers []string, token string, tlsConf *tls.Config) *AdminC
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if tlsConf != nil {
 		c.scheme = "https"
-		tr.TLSClientConfig = tlsConf
+		tr.TLSClientConfig = tlsConf.Clone() // net/http mutates it
 	}
 	c.http = &http.Client{Transport: tr}
 	return c
@@ -179,16 +179,40 @@ func (c *AdminClient) doOne(ctx context.Context, method, u string, body []byte, 
 	return nil
 }
 
-// write sends a mutating request; when the answer is a leader hint it
-// retries once at the leader.
+// writeRetryFor bounds how long a write keeps retrying while the cluster
+// has no leader (an election, or a leadership hand-over).
+const writeRetryFor = 10 * time.Second
+
+// write sends a mutating request. It follows a leader hint, and retries
+// (bounded) while no leader is known: such a refusal comes before the
+// leader applies anything, so the retry cannot apply a change twice.
 func (c *AdminClient) write(ctx context.Context, path string, in, out any) error {
-	err := c.do(ctx, http.MethodPost, path, nil, in, out, nil)
-	var nl *NotLeaderError
-	if errors.As(err, &nl) && nl.LeaderAdminAddr != "" {
-		leader := &AdminClient{servers: []string{nl.LeaderAdminAddr}, token: c.token, scheme: c.scheme, http: c.http}
-		return leader.do(ctx, http.MethodPost, path, nil, in, out, nil)
+	deadline := time.Now().Add(writeRetryFor)
+	target := c
+	backoff := 50 * time.Millisecond
+	for {
+		err := target.do(ctx, http.MethodPost, path, nil, in, out, nil)
+		var nl *NotLeaderError
+		switch {
+		case errors.As(err, &nl) && nl.LeaderAdminAddr != "":
+			target = &AdminClient{servers: []string{nl.LeaderAdminAddr}, token: c.token, scheme: c.scheme, http: c.http}
+		case errors.Is(err, ErrNoLeader):
+			target = c
+		default:
+			return err
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
-	return err
 }
 
 // Status returns the answering node's view of the cluster.

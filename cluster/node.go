@@ -574,6 +574,11 @@ func (n *Node) Status() Status {
 	if info, ok := m.Node(n.id); ok {
 		s.NodeState = info.State
 	}
+	if n.removed.Load() {
+		// It may have learned it from the leader before the map entry
+		// reached it.
+		s.NodeState = StateRemoved
+	}
 	s.Voters, s.NonVoters = n.suffrages()
 	for _, node := range m.Nodes {
 		s.NodeStates[node.State]++
