@@ -289,18 +289,24 @@ func (q *qp) readResponses(c *wireConn) {
 		if err == nil {
 			spans, held, sgl, err = q.handleResponse(c, &h, br, spans, held, sgl)
 		}
-		if err != nil {
-			if !errors.Is(err, errStale) {
-				q.dev.log.Warn("closing requester connection", "qpn", q.qpn, "err", err)
-				q.mu.Lock()
-				if q.out == c {
-					q.failLocked(rdma.WCBadRespErr)
-				}
-				q.mu.Unlock()
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, rdma.ErrProtocol):
+			q.dev.log.Warn("closing requester connection", "qpn", q.qpn, "err", err)
+			q.mu.Lock()
+			if q.out == c {
+				q.failLocked(rdma.WCBadRespErr)
 			}
+			q.mu.Unlock()
 			c.Close()
-			return
+		case errors.Is(err, errStale):
+			c.Close()
+		default:
+			// The connection broke in the middle of a response.
+			q.connFailed(c)
 		}
+		return
 	}
 }
 

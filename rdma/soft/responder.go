@@ -94,7 +94,7 @@ func (r *responder) run() {
 			err = r.handle(&h)
 		}
 		if err != nil {
-			if !errors.Is(err, errStop) {
+			if errors.Is(err, rdma.ErrProtocol) {
 				// The stream cannot be trusted past a bad frame: the
 				// queue pair cannot receive from this peer any more.
 				r.q.dev.log.Warn("closing responder connection", "qpn", r.q.qpn, "err", err)
