@@ -27,12 +27,6 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newBenchCmd(),
-		newStatusCmd(),
-		newNodesCmd(),
-		newMapCmd(),
-		newJoinCmd(),
-		newRemoveCmd(),
-		newDrainCmd(),
 		newFsckCmd(),
 	)
 	return root
