@@ -19,6 +19,7 @@ the same run and prints both with their ratio, so that a noisy machine
 still gives comparable numbers.`,
 	}
 	// Subcommands: bench rdma (bench_rdma.go), bench pmem (bench_pmem.go).
+	cmd.AddCommand(newBenchRDMACmd())
 	cmd.AddCommand(newBenchPmemCmd())
 	return cmd
 }

@@ -1,0 +1,475 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/octofs/octofs/rdma"
+	"github.com/octofs/octofs/rdma/provider"
+)
+
+// benchClient runs the measurements against one server.
+type benchClient struct {
+	o      *benchRDMAOptions
+	plan   *benchRDMAPlan
+	dev    rdma.Device
+	pd     rdma.PD
+	server string
+	inline int
+	// tcpAddr is the TCP baseline's address, learnt from the first
+	// connection unless --tcp gave it.
+	tcpAddr string
+}
+
+// benchConn is one test's RDMA connection.
+type benchConn struct {
+	qp     rdma.QP
+	cq     rdma.CQ
+	mr     rdma.MR
+	buf    []byte
+	remote benchReply
+}
+
+func (c *benchConn) close() {
+	c.qp.Close()
+	c.cq.Close()
+	c.mr.Dereg()
+	rdma.FreeBuffer(c.buf)
+}
+
+// warmup is the untimed start of each test.
+func (p *benchRDMAPlan) warmup() time.Duration { return min(p.duration/5, 200*time.Millisecond) }
+
+// testTimeout bounds one test, so that a server that stops answering
+// fails the run instead of hanging it.
+func (p *benchRDMAPlan) testTimeout() time.Duration { return p.warmup() + p.duration + 30*time.Second }
+
+// dial opens the connection for one test: local memory of slots×slotSize
+// bytes and a queue pair with depth requests outstanding.
+func (c *benchClient) dial(ctx context.Context, test string, size, depth, slots, slotSize int) (*benchConn, error) {
+	buf, err := rdma.AllocBuffer(max(slots*slotSize, 64))
+	if err != nil {
+		return nil, err
+	}
+	mr, err := c.pd.RegMR(buf, rdma.AccessAll)
+	if err != nil {
+		rdma.FreeBuffer(buf)
+		return nil, err
+	}
+	cq, err := c.dev.CreateCQ(2*depth + 16)
+	if err != nil {
+		mr.Dereg()
+		rdma.FreeBuffer(buf)
+		return nil, err
+	}
+	req, _ := json.Marshal(benchRequest{Test: test, Size: size, Depth: depth})
+	conn, err := rdma.Dial(ctx, c.pd, c.server, rdma.ConnParams{
+		QP: rdma.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: depth + 4, MaxRecvWR: depth + 4,
+			MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: c.inline},
+		PrivateData: req,
+	})
+	if err != nil {
+		cq.Close()
+		mr.Dereg()
+		rdma.FreeBuffer(buf)
+		return nil, fmt.Errorf("connect to the bench server at %s: %w", c.server, err)
+	}
+	bc := &benchConn{qp: conn.QP, cq: cq, mr: mr, buf: buf}
+	if err := json.Unmarshal(conn.PrivateData, &bc.remote); err != nil {
+		bc.close()
+		return nil, fmt.Errorf("bench server's reply: %w", err)
+	}
+	if c.tcpAddr == "" {
+		host, _, _ := net.SplitHostPort(c.server)
+		c.tcpAddr = net.JoinHostPort(host, strconv.Itoa(bc.remote.TCPPort))
+	}
+	return bc, nil
+}
+
+// finish tells the server the test is over and closes the connection.
+func (c *benchClient) finish(ctx context.Context, bc *benchConn) error {
+	defer bc.close()
+	err := bc.qp.PostSend([]rdma.SendWR{{ID: 1 << 62, Opcode: rdma.OpSendWithImm, Flags: rdma.SendSignaled, Imm: benchDoneImm}})
+	if err != nil {
+		return err
+	}
+	var wc [8]rdma.WorkCompletion
+	for {
+		n, err := bc.cq.Wait(ctx, wc[:])
+		if err != nil {
+			return fmt.Errorf("ending the test: %w", err)
+		}
+		for _, w := range wc[:n] {
+			if w.ID == 1<<62 {
+				return w.Err()
+			}
+		}
+	}
+}
+
+// bwResult is one bandwidth measurement.
+type bwResult struct {
+	bytesPerSec float64
+	msgsPerSec  float64
+}
+
+// bandwidth keeps depth requests of op outstanding for the plan's
+// duration and counts the completions inside the measuring window.
+func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode, size int) (bwResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.plan.testTimeout())
+	defer cancel()
+	depth := c.plan.depth
+	bc, err := c.dial(ctx, test, size, depth, depth, size)
+	if err != nil {
+		return bwResult{}, err
+	}
+	wrs := make([]rdma.SendWR, depth)
+	for i := range wrs {
+		wrs[i] = rdma.SendWR{ID: uint64(i), Opcode: op, Flags: rdma.SendSignaled,
+			SGL:        []rdma.SGE{{Addr: bc.mr.Addr() + uint64(i*size), Length: uint32(size), LKey: bc.mr.LKey()}},
+			RemoteAddr: bc.remote.Addr, RKey: bc.remote.RKey}
+		if op != rdma.OpRead && size <= c.inline {
+			wrs[i].Flags |= rdma.SendInline
+		}
+	}
+	if err := bc.qp.PostSend(wrs); err != nil {
+		bc.close()
+		return bwResult{}, err
+	}
+	outstanding := depth
+	reposts := make([]rdma.SendWR, 0, depth)
+	wcs := make([]rdma.WorkCompletion, depth)
+	start := time.Now()
+	warmEnd := start.Add(c.plan.warmup())
+	deadline := warmEnd.Add(c.plan.duration)
+	var counted int64
+	for outstanding > 0 {
+		n, err := pollCQ(ctx, bc.cq, wcs, c.plan.poll)
+		if err != nil {
+			bc.close()
+			return bwResult{}, fmt.Errorf("%v %s: %w", op, humanBytes(size), err)
+		}
+		now := time.Now()
+		reposts = reposts[:0]
+		for _, wc := range wcs[:n] {
+			if wc.Status != rdma.WCSuccess {
+				bc.close()
+				return bwResult{}, fmt.Errorf("%v %s: %w", op, humanBytes(size), wc.Err())
+			}
+			outstanding--
+			if now.After(warmEnd) && !now.After(deadline) {
+				counted++
+			}
+			if now.Before(deadline) {
+				reposts = append(reposts, wrs[wc.ID])
+			}
+		}
+		if len(reposts) > 0 {
+			if err := bc.qp.PostSend(reposts); err != nil {
+				bc.close()
+				return bwResult{}, err
+			}
+			outstanding += len(reposts)
+		}
+	}
+	if err := c.finish(ctx, bc); err != nil {
+		return bwResult{}, err
+	}
+	secs := c.plan.duration.Seconds()
+	return bwResult{bytesPerSec: float64(counted) * float64(size) / secs, msgsPerSec: float64(counted) / secs}, nil
+}
+
+// latency issues one 8-byte request of op at a time for the plan's
+// duration and returns every round trip. For SEND it is a ping-pong: the
+// server answers each message with one of the same size.
+func (c *benchClient) latency(ctx context.Context, test string, op rdma.Opcode, size int) ([]time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.plan.testTimeout())
+	defer cancel()
+	bc, err := c.dial(ctx, test, size, 1, 2, size)
+	if err != nil {
+		return nil, err
+	}
+	wr := []rdma.SendWR{{ID: 1, Opcode: op, Flags: rdma.SendSignaled,
+		SGL:        []rdma.SGE{{Addr: bc.mr.Addr(), Length: uint32(size), LKey: bc.mr.LKey()}},
+		RemoteAddr: bc.remote.Addr, RKey: bc.remote.RKey}}
+	if op == rdma.OpSend && size <= c.inline {
+		wr[0].Flags |= rdma.SendInline
+	}
+	recv := []rdma.RecvWR{{ID: 2, SGL: []rdma.SGE{{Addr: bc.mr.Addr() + uint64(size), Length: uint32(size), LKey: bc.mr.LKey()}}}}
+	pingPong := op == rdma.OpSend
+	samples := make([]time.Duration, 0, 1<<16)
+	var wcs [4]rdma.WorkCompletion
+	start := time.Now()
+	warmEnd, deadline := start.Add(c.plan.warmup()), start.Add(c.plan.warmup()+c.plan.duration)
+	fail := func(err error) ([]time.Duration, error) {
+		bc.close()
+		return nil, fmt.Errorf("%v latency: %w", op, err)
+	}
+	for {
+		if pingPong {
+			if err := bc.qp.PostRecv(recv); err != nil {
+				return fail(err)
+			}
+		}
+		t0 := time.Now()
+		if t0.After(deadline) {
+			break
+		}
+		if err := bc.qp.PostSend(wr); err != nil {
+			return fail(err)
+		}
+		// A ping-pong's round trip ends with the reply's receive; the
+		// SEND's own completion may come before or after it.
+		var rtt time.Duration
+		sent, got := false, !pingPong
+		for !sent || !got {
+			n, err := pollCQ(ctx, bc.cq, wcs[:], c.plan.poll)
+			if err != nil {
+				return fail(err)
+			}
+			for _, w := range wcs[:n] {
+				if w.Status != rdma.WCSuccess {
+					return fail(w.Err())
+				}
+				switch w.ID {
+				case 1:
+					sent = true
+					if !pingPong {
+						rtt = time.Since(t0)
+					}
+				case 2:
+					got = true
+					rtt = time.Since(t0)
+				}
+			}
+		}
+		if t0.After(warmEnd) {
+			samples = append(samples, rtt)
+		}
+	}
+	// A ping-pong's receive posted for the next round is still
+	// outstanding; closing the queue pair discards it.
+	return samples, c.finish(ctx, bc)
+}
+
+// percentiles of round trips, in microseconds.
+type latStats struct {
+	n              int
+	p50, p99, p999 float64
+	min, avg       float64
+}
+
+func summarize(samples []time.Duration) latStats {
+	if len(samples) == 0 {
+		return latStats{}
+	}
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	at := func(q float64) float64 {
+		i := min(int(q*float64(len(s))), len(s)-1)
+		return float64(s[i].Nanoseconds()) / 1e3
+	}
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	return latStats{n: len(s), p50: at(0.50), p99: at(0.99), p999: at(0.999),
+		min: float64(s[0].Nanoseconds()) / 1e3, avg: float64(sum.Nanoseconds()) / 1e3 / float64(len(s))}
+}
+
+// runBenchClient runs the plan against server and returns the tables.
+func runBenchClient(ctx context.Context, o *benchRDMAOptions, plan *benchRDMAPlan, server, spawned string) ([]*benchTable, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cfg, err := o.deviceConfig(server)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := provider.Open(o.provider, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open %s device: %w", o.provider, err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	defer pd.Close()
+	c := &benchClient{o: o, plan: plan, dev: dev, pd: pd, server: server, inline: benchInline(dev), tcpAddr: o.tcpAddr}
+
+	var tables []*benchTable
+	if plan.write || plan.read || plan.send {
+		t, err := c.bandwidthTable(ctx, spawned)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	if plan.lat {
+		t, err := c.latencyTable(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	return tables, nil
+}
+
+const mib = 1 << 20
+
+func (c *benchClient) bandwidthTable(ctx context.Context, spawned string) (*benchTable, error) {
+	p := c.plan
+	t := &benchTable{
+		Title: fmt.Sprintf("rdma bandwidth: provider %s, device %s, %d outstanding, %v per test",
+			c.dev.Provider(), c.dev.Name(), p.depth, p.duration),
+		Columns: []string{"test", "size", "MiB/s", "Kmsg/s", "TCP MiB/s", "vs TCP"},
+	}
+	type op struct {
+		name string
+		test string
+		code rdma.Opcode
+		on   bool
+	}
+	ops := []op{
+		{"RDMA_WRITE", benchTestWrite, rdma.OpWrite, p.write},
+		{"RDMA_READ", benchTestRead, rdma.OpRead, p.read},
+		{"SEND", benchTestSend, rdma.OpSend, p.send},
+	}
+	// Measure size by size, TCP beside the RDMA tests of that size, so
+	// that the rows compared were measured close together; print op by op.
+	results := make(map[string]map[int]bwResult)
+	tcp := make(map[int]float64)
+	for _, size := range p.sizes {
+		for _, o := range ops {
+			if !o.on {
+				continue
+			}
+			r, err := c.bandwidth(ctx, o.test, o.code, size)
+			if err != nil {
+				return nil, err
+			}
+			if results[o.name] == nil {
+				results[o.name] = make(map[int]bwResult)
+			}
+			results[o.name][size] = r
+			if _, ok := tcp[size]; !ok {
+				bw, err := tcpStream(ctx, c.tcpAddr, size, p.duration)
+				if err != nil {
+					return nil, err
+				}
+				tcp[size] = bw
+			}
+		}
+	}
+	for _, o := range ops {
+		if !o.on {
+			continue
+		}
+		for _, size := range p.sizes {
+			r := results[o.name][size]
+			t.add(o.name, humanBytes(size), fmt.Sprintf("%.1f", r.bytesPerSec/mib), fmt.Sprintf("%.1f", r.msgsPerSec/1e3),
+				fmt.Sprintf("%.1f", tcp[size]/mib), ratio(r.bytesPerSec, tcp[size]))
+		}
+	}
+	if spawned != "" {
+		t.note("%s", spawned)
+	}
+	t.note("TCP: a stream between the same two processes (%s), one write per message, Go defaults (TCP_NODELAY)", c.tcpAddr)
+	t.note("polling: %s", pollDescription(p.poll))
+	for _, o := range ops[:2] {
+		if r, ok := results[o.name][1<<20]; ok && tcp[1<<20] > 0 {
+			x := r.bytesPerSec / tcp[1<<20]
+			t.note("target: 1MiB %s >= 0.80x TCP stream: %.2fx %s", o.name, x, verdict(x >= 0.8))
+		}
+	}
+	return t, nil
+}
+
+func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
+	p := c.plan
+	const size = 8
+	t := &benchTable{
+		Title:   fmt.Sprintf("rdma latency: round trips of one %d-byte request at a time, µs, %v per test", size, p.duration),
+		Columns: []string{"test", "size", "p50", "p99", "p99.9", "samples", "TCP p50", "vs TCP"},
+	}
+	tcpSamples, err := tcpPingPong(ctx, c.tcpAddrOrDial(ctx), size, p.warmup(), p.duration)
+	if err != nil {
+		return nil, err
+	}
+	tcp := summarize(tcpSamples)
+	caps := c.dev.Caps()
+	rows := []struct {
+		name string
+		test string
+		op   rdma.Opcode
+		on   bool
+	}{
+		{"RDMA_READ", benchTestRead, rdma.OpRead, true},
+		{"SEND ping-pong", benchTestPingPong, rdma.OpSend, true},
+		{"ATOMIC_FETCH_AND_ADD", benchTestAtomic, rdma.OpAtomicFetchAndAdd, caps.Atomics},
+		{"ATOMIC_CMP_AND_SWP", benchTestAtomic, rdma.OpAtomicCmpAndSwp, caps.Atomics},
+	}
+	var read latStats
+	for _, r := range rows {
+		if !r.on {
+			t.add(r.name, humanBytes(size), "-", "-", "-", "0", fmt.Sprintf("%.1f", tcp.p50), "no atomics")
+			continue
+		}
+		samples, err := c.latency(ctx, r.test, r.op, size)
+		if err != nil {
+			return nil, err
+		}
+		s := summarize(samples)
+		if r.op == rdma.OpRead {
+			read = s
+		}
+		t.add(r.name, humanBytes(size), fmt.Sprintf("%.1f", s.p50), fmt.Sprintf("%.1f", s.p99), fmt.Sprintf("%.1f", s.p999),
+			strconv.Itoa(s.n), fmt.Sprintf("%.1f", tcp.p50), ratio(s.p50, tcp.p50))
+	}
+	t.add("TCP ping-pong", humanBytes(size), fmt.Sprintf("%.1f", tcp.p50), fmt.Sprintf("%.1f", tcp.p99), fmt.Sprintf("%.1f", tcp.p999),
+		strconv.Itoa(tcp.n), fmt.Sprintf("%.1f", tcp.p50), ratio(tcp.p50, tcp.p50))
+	t.note("vs TCP: p50 over the TCP ping-pong's p50 (lower is better); every figure is a full round trip")
+	t.note("polling: %s", pollDescription(p.poll))
+	if tcp.p50 > 0 && read.n > 0 {
+		x := read.p50 / tcp.p50
+		t.note("target: 8B RDMA_READ p50 <= 2x TCP ping-pong p50: %.2fx %s", x, verdict(x <= 2))
+	}
+	return t, nil
+}
+
+// tcpAddrOrDial returns the TCP baseline's address, learning it from a
+// short connection if no test has connected yet.
+func (c *benchClient) tcpAddrOrDial(ctx context.Context) string {
+	if c.tcpAddr == "" {
+		if bc, err := c.dial(ctx, benchTestRead, 8, 1, 1, 8); err == nil {
+			c.finish(ctx, bc)
+		}
+	}
+	return c.tcpAddr
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "(met)"
+	}
+	return "(NOT met)"
+}
+
+func pollDescription(m pollMode) string {
+	switch m {
+	case pollSpin:
+		return "spin: CQ.Poll in a tight loop (blocks in CQ.Wait after 20ms idle)"
+	case pollYield:
+		return "yield: CQ.Poll with runtime.Gosched between empty polls (blocks in CQ.Wait after 20ms idle)"
+	case pollHybrid:
+		return fmt.Sprintf("hybrid: up to %d empty CQ.Polls, then CQ.Wait", hybridPolls)
+	default:
+		return "wait: CQ.Wait blocks until a completion arrives"
+	}
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/octofs/octofs/rdma"
+	"github.com/octofs/octofs/rdma/provider"
+)
+
+// The client opens one RDMA connection per test. Its private data names
+// the test; the server's reply describes the memory the client may target
+// and where the TCP baseline listens. Both are JSON, so that no hand-written
+// decoder faces the network.
+
+// benchRequest is the client's private data.
+type benchRequest struct {
+	Test  string `json:"test"`
+	Size  int    `json:"size"`
+	Depth int    `json:"depth"`
+}
+
+// Tests a connection can be for.
+const (
+	benchTestWrite    = "write"
+	benchTestRead     = "read"
+	benchTestSend     = "send"
+	benchTestPingPong = "pingpong"
+	benchTestAtomic   = "atomic"
+)
+
+// benchReply is the server's private data.
+type benchReply struct {
+	Addr    uint64 `json:"addr"`
+	RKey    uint32 `json:"rkey"`
+	Len     int    `json:"len"`
+	TCPPort int    `json:"tcp_port"`
+	Device  string `json:"device"`
+}
+
+// benchDoneImm, sent as the immediate of a zero-length SEND_WITH_IMM, ends
+// a test: the server then tears its side of the connection down.
+const benchDoneImm = 0xD0_4E_D0_4E
+
+// pollMode is how a side waits for completions.
+type pollMode string
+
+const (
+	pollSpin   pollMode = "spin"
+	pollYield  pollMode = "yield"
+	pollHybrid pollMode = "hybrid"
+	pollWait   pollMode = "wait"
+)
+
+func parsePollMode(s string) (pollMode, error) {
+	switch m := pollMode(s); m {
+	case pollSpin, pollYield, pollHybrid, pollWait:
+		return m, nil
+	}
+	return "", fmt.Errorf("--poll %q: give spin, yield, hybrid or wait", s)
+}
+
+// hybridPolls is how often hybrid polls an empty queue (a few µs) before
+// it blocks.
+const hybridPolls = 200
+
+// busyLimit is how long spin and yield poll an empty queue before they
+// block in CQ.Wait: far longer than any gap inside a measurement, short
+// enough that an idle side does not hold a core.
+const busyLimit = 20 * time.Millisecond
+
+// pollCQ returns at least one completion from cq, waiting as mode says.
+// spin polls in a tight loop; yield calls runtime.Gosched between empty
+// polls so that the provider's goroutines get the CPU on a small machine;
+// hybrid polls a few µs, then blocks; wait blocks in CQ.Wait at once.
+func pollCQ(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion, mode pollMode) (int, error) {
+	if mode == pollHybrid {
+		for range hybridPolls {
+			n, err := cq.Poll(wc)
+			if n > 0 || err != nil {
+				return n, err
+			}
+		}
+	}
+	if mode == pollSpin || mode == pollYield {
+		var until time.Time
+		for i := 1; ; i++ {
+			n, err := cq.Poll(wc)
+			if n > 0 || err != nil {
+				return n, err
+			}
+			if mode == pollYield {
+				runtime.Gosched()
+			}
+			if i%1024 == 0 {
+				now := time.Now()
+				if until.IsZero() {
+					until = now.Add(busyLimit)
+				} else if now.After(until) {
+					break
+				}
+			}
+		}
+	}
+	return cq.Wait(ctx, wc)
+}
+
+// benchServer answers the client's connections.
+type benchServer struct {
+	dev     rdma.Device
+	pd      rdma.PD
+	poll    pollMode
+	tcpPort int
+	inline  int
+	wg      sync.WaitGroup
+}
+
+func serveBenchRDMA(ctx context.Context, o *benchRDMAOptions, out io.Writer) error {
+	mode, err := parsePollMode(o.poll)
+	if err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", o.listen, err)
+	}
+	cfg := rdma.DeviceConfig{Device: o.device, GIDIndex: o.gidIndex, Addr: o.softAddr}
+	if cfg.Addr == "" && o.provider == "soft" {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return fmt.Errorf("--listen %q: with the soft provider, listen on the address clients reach, or give --soft-addr", o.listen)
+		}
+		cfg.Addr = net.JoinHostPort(host, "0")
+	}
+	dev, err := provider.Open(o.provider, cfg)
+	if err != nil {
+		return fmt.Errorf("open %s device: %w", o.provider, err)
+	}
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	ln, err := rdma.Listen(pd, o.listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	tcpListen := o.tcpListen
+	if tcpListen == "" {
+		p, _ := strconv.Atoi(port)
+		if p != 0 {
+			p++
+		}
+		tcpListen = net.JoinHostPort(host, strconv.Itoa(p))
+	}
+	tln, err := net.Listen("tcp", tcpListen)
+	if err != nil {
+		return fmt.Errorf("TCP baseline: %w (choose another port with --tcp-listen)", err)
+	}
+	defer tln.Close()
+	s := &benchServer{dev: dev, pd: pd, poll: mode, tcpPort: tln.Addr().(*net.TCPAddr).Port, inline: benchInline(dev)}
+	go serveTCPBaseline(ctx, tln)
+
+	fmt.Fprintf(os.Stderr, "octoctl bench rdma: serving on %s (device %s, provider %s), TCP baseline on %s, polling %s\n",
+		ln.Addr(), dev.Name(), dev.Provider(), tln.Addr(), mode)
+	fmt.Fprintf(out, "%s%s\n", benchReadyPrefix, ln.Addr())
+	// A spawned server exits when its parent closes stdin.
+	if o.exitWithParent {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			cancel()
+		}()
+	}
+	defer s.wg.Wait()
+	for {
+		req, err := ln.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.handle(ctx, req); err != nil {
+				fmt.Fprintf(os.Stderr, "octoctl bench rdma: connection from QP %d: %v\n", req.Remote.QPN, err)
+			}
+		}()
+	}
+}
+
+// benchInline is the inline limit both sides use for small messages, as
+// perftest does by default.
+func benchInline(dev rdma.Device) int { return min(dev.Caps().MaxInline, 256) }
+
+// handle serves one test's connection until the client says it is done.
+func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
+	var br benchRequest
+	if err := json.Unmarshal(req.PrivateData, &br); err != nil {
+		req.Reject("malformed bench request")
+		return fmt.Errorf("malformed request: %w", err)
+	}
+	if br.Size < 1 || br.Size > maxBenchSize || br.Depth < 1 || br.Depth > 1024 {
+		req.Reject("bench request out of range")
+		return fmt.Errorf("request out of range: %+v", br)
+	}
+	// Memory: the region clients target, then a reply buffer, then the
+	// receive slots.
+	target := 64
+	recvSlots, slotSize := 4, 64 // enough for the done message
+	switch br.Test {
+	case benchTestWrite, benchTestRead, benchTestAtomic:
+		target = max(br.Size, 64)
+	case benchTestSend:
+		recvSlots, slotSize = min(2*br.Depth, 128), br.Size
+	case benchTestPingPong:
+		recvSlots, slotSize = 4, br.Size
+	default:
+		req.Reject("unknown bench test " + br.Test)
+		return fmt.Errorf("unknown test %q", br.Test)
+	}
+	replyOff := target
+	slotsOff := replyOff + br.Size
+	buf, err := rdma.AllocBuffer(slotsOff + recvSlots*slotSize)
+	if err != nil {
+		req.Reject(err.Error())
+		return err
+	}
+	defer rdma.FreeBuffer(buf)
+	mr, err := s.pd.RegMR(buf, rdma.AccessAll)
+	if err != nil {
+		req.Reject(err.Error())
+		return err
+	}
+	defer mr.Dereg()
+	sendDepth := br.Depth + 4
+	cq, err := s.dev.CreateCQ(sendDepth + recvSlots + 4)
+	if err != nil {
+		req.Reject(err.Error())
+		return err
+	}
+	defer cq.Close()
+	recv := func(slot int) rdma.RecvWR {
+		return rdma.RecvWR{ID: uint64(slot), SGL: []rdma.SGE{{Addr: mr.Addr() + uint64(slotsOff+slot*slotSize), Length: uint32(slotSize), LKey: mr.LKey()}}}
+	}
+	reply, _ := json.Marshal(benchReply{Addr: mr.Addr(), RKey: mr.RKey(), Len: target, TCPPort: s.tcpPort, Device: s.dev.Name()})
+	conn, err := req.Accept(ctx, rdma.ConnParams{
+		QP: rdma.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: sendDepth, MaxRecvWR: recvSlots + 4,
+			MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: s.inline},
+		PrivateData: reply,
+		Setup: func(qp rdma.QP) error {
+			wrs := make([]rdma.RecvWR, recvSlots)
+			for i := range wrs {
+				wrs[i] = recv(i)
+			}
+			return qp.PostRecv(wrs)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	qp := conn.QP
+	defer qp.Close()
+
+	replyWR := []rdma.SendWR{{Opcode: rdma.OpSend, Flags: rdma.SendSignaled,
+		SGL: []rdma.SGE{{Addr: mr.Addr() + uint64(replyOff), Length: uint32(br.Size), LKey: mr.LKey()}}}}
+	if br.Size <= s.inline {
+		replyWR[0].Flags |= rdma.SendInline
+	}
+	wcs := make([]rdma.WorkCompletion, recvSlots+sendDepth)
+	reposts := make([]rdma.RecvWR, 0, recvSlots)
+	// Only the ping-pong's replies are latency-bound; every other test
+	// leaves the server idle, so it blocks rather than spins.
+	mode := pollWait
+	if br.Test == benchTestPingPong {
+		mode = s.poll
+	}
+	for {
+		n, err := pollCQ(ctx, cq, wcs, mode)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		reposts = reposts[:0]
+		for _, wc := range wcs[:n] {
+			if wc.Status != rdma.WCSuccess {
+				return fmt.Errorf("completion %d: %v", wc.ID, wc.Status)
+			}
+			if wc.Opcode != rdma.WCRecv {
+				continue // a reply's completion
+			}
+			if wc.HasImm && wc.Imm == benchDoneImm {
+				return nil
+			}
+			if br.Test == benchTestPingPong {
+				if err := qp.PostSend(replyWR); err != nil {
+					return err
+				}
+			}
+			reposts = append(reposts, recv(int(wc.ID)))
+		}
+		if len(reposts) > 0 {
+			if err := qp.PostRecv(reposts); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// The plain-TCP baseline: what the same two processes get from the
+// kernel's TCP over the same path, with Go's defaults (TCP_NODELAY on).
+// A connection starts with one JSON line naming the test.
+
+type tcpBenchRequest struct {
+	Mode string `json:"mode"` // "stream" or "pingpong"
+	Size int    `json:"size"`
+}
+
+// serveTCPBaseline answers baseline connections until ctx ends.
+func serveTCPBaseline(ctx context.Context, ln net.Listener) {
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			context.AfterFunc(ctx, func() { c.Close() })
+			serveTCPConn(c)
+		}()
+	}
+}
+
+func serveTCPConn(c net.Conn) {
+	br := bufio.NewReaderSize(c, 64<<10)
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return
+	}
+	var req tcpBenchRequest
+	if json.Unmarshal(line, &req) != nil || req.Size < 1 || req.Size > maxBenchSize {
+		return
+	}
+	switch req.Mode {
+	case "stream":
+		// Read until the client closes its side, then report the count
+		// so that the client's clock stops when everything arrived.
+		buf := make([]byte, max(req.Size, 256<<10))
+		var total uint64
+		for {
+			n, err := br.Read(buf)
+			total += uint64(n)
+			if err != nil {
+				break
+			}
+		}
+		var ack [8]byte
+		binary.BigEndian.PutUint64(ack[:], total)
+		c.Write(ack[:])
+	case "pingpong":
+		buf := make([]byte, req.Size)
+		for {
+			if _, err := io.ReadFull(br, buf); err != nil {
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func dialTCPBench(ctx context.Context, addr string, req tcpBenchRequest) (*net.TCPConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("TCP baseline: %w", err)
+	}
+	line, _ := json.Marshal(req)
+	if _, err := c.Write(append(line, '\n')); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TCP baseline: %w", err)
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// tcpStream writes size-byte messages for d and returns the bandwidth in
+// bytes per second, measured until the server acknowledged every byte.
+func tcpStream(ctx context.Context, addr string, size int, d time.Duration) (float64, error) {
+	c, err := dialTCPBench(ctx, addr, tcpBenchRequest{Mode: "stream", Size: size})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	buf := make([]byte, size)
+	var sent uint64
+	start := time.Now()
+	deadline := start.Add(d)
+	for time.Now().Before(deadline) {
+		// Check the clock every few writes: small writes are cheap.
+		for range 16 {
+			n, err := c.Write(buf)
+			sent += uint64(n)
+			if err != nil {
+				return 0, fmt.Errorf("TCP stream: %w", err)
+			}
+		}
+	}
+	if err := c.CloseWrite(); err != nil {
+		return 0, err
+	}
+	var ack [8]byte
+	if _, err := io.ReadFull(c, ack[:]); err != nil {
+		return 0, fmt.Errorf("TCP stream: waiting for the server's count: %w", err)
+	}
+	el := time.Since(start)
+	if got := binary.BigEndian.Uint64(ack[:]); got != sent {
+		return 0, fmt.Errorf("TCP stream: server received %d bytes of %d", got, sent)
+	}
+	return float64(sent) / el.Seconds(), nil
+}
+
+// tcpPingPong sends size bytes and waits for them back, for d, and
+// returns every round trip.
+func tcpPingPong(ctx context.Context, addr string, size int, warm, d time.Duration) ([]time.Duration, error) {
+	c, err := dialTCPBench(ctx, addr, tcpBenchRequest{Mode: "pingpong", Size: size})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	buf := make([]byte, size)
+	samples := make([]time.Duration, 0, 1<<16)
+	start := time.Now()
+	warmEnd, deadline := start.Add(warm), start.Add(warm+d)
+	for {
+		t0 := time.Now()
+		if t0.After(deadline) {
+			break
+		}
+		if _, err := c.Write(buf); err != nil {
+			return nil, fmt.Errorf("TCP ping-pong: %w", err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return nil, fmt.Errorf("TCP ping-pong: %w", err)
+		}
+		if t0.After(warmEnd) {
+			samples = append(samples, time.Since(t0))
+		}
+	}
+	return samples, nil
+}
