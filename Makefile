@@ -8,12 +8,13 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Pinned so that every machine lints with the same rules.
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean crashtest
+.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo crashtest
 
 all: build
 
 help:
 	@echo "make build       build bin/octofs and bin/octoctl"
+	@echo "make demo        start a local 3-node cluster, show it, stop it"
 	@echo "make test        lint, then every test with -race (what CI runs)"
 	@echo "make bench       benchmarks with baselines side by side"
 	@echo "make crashtest   pmem power-loss harness, CRASHSTATES crash states (default 100000)"
@@ -53,6 +54,10 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# A local cluster on loopback (scripts/demo.sh); DEMO_KEEP=1 keeps it running.
+demo: build
+	./scripts/demo.sh
 
 bench: build
 	$(BIN)/octoctl bench rdma

@@ -27,6 +27,12 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newBenchCmd(),
+		newStatusCmd(),
+		newNodesCmd(),
+		newMapCmd(),
+		newJoinCmd(),
+		newRemoveCmd(),
+		newDrainCmd(),
 		newFsckCmd(),
 	)
 	return root

@@ -24,5 +24,8 @@ func newRootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.AddCommand(
+		newServeCmd(),
+	)
 	return root
 }

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/spf13/cobra"
+)
+
+// defaultServer is the admin address octoctl talks to without --server or
+// OCTOFS_ADMIN: the default of `octofs serve --admin-addr`.
+const defaultServer = "127.0.0.1:7400"
+
+// clusterFlags are the connection flags shared by the cluster commands.
+type clusterFlags struct {
+	servers   []string
+	token     string
+	tokenFile string
+	tlsCA     string
+	json      bool
+	timeout   time.Duration
+}
+
+func addClusterFlags(cmd *cobra.Command) *clusterFlags {
+	f := &clusterFlags{}
+	def := []string{defaultServer}
+	if env := os.Getenv("OCTOFS_ADMIN"); env != "" {
+		def = strings.Split(env, ",")
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.servers, "server", def, "admin address(es) of cluster nodes (env OCTOFS_ADMIN)")
+	fl.StringVar(&f.token, "token", "", "cluster token (env OCTOFS_TOKEN; on a node: <data-dir>/token)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the cluster token, e.g. <data-dir>/token")
+	fl.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate (PEM) of the admin API; implies HTTPS")
+	fl.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
+	fl.DurationVar(&f.timeout, "timeout", 15*time.Second, "give up after this long")
+	return f
+}
+
+// tokenValue returns the token from --token, --token-file or OCTOFS_TOKEN.
+func (f *clusterFlags) tokenValue() (string, error) {
+	switch {
+	case f.token != "":
+		return f.token, nil
+	case f.tokenFile != "":
+		t, err := cluster.ReadTokenFile(f.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		return t, nil
+	}
+	return os.Getenv("OCTOFS_TOKEN"), nil
+}
+
+func (f *clusterFlags) tlsConfig() (*tls.Config, error) {
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca: no certificate in %s", f.tlsCA)
+		}
+		return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	}
+	for _, s := range f.servers {
+		if strings.HasPrefix(s, "https://") {
+			return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+		}
+	}
+	return nil, nil
+}
+
+// client returns an admin client; needToken makes a missing token an
+// error with advice instead of a refused request.
+func (f *clusterFlags) client(needToken bool) (*cluster.AdminClient, error) {
+	tok, err := f.tokenValue()
+	if err != nil {
+		return nil, err
+	}
+	if needToken && tok == "" {
+		return nil, fmt.Errorf("this command needs the cluster token: pass --token-file <data-dir>/token (of any node), --token or OCTOFS_TOKEN")
+	}
+	tc, err := f.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return cluster.NewAdminClient(f.servers, tok, tc), nil
+}
+
+func (f *clusterFlags) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), f.timeout)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table prints aligned columns for people.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+func (t *table) flush() error        { return t.tw.Flush() }
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func joinIDs(ids []cluster.NodeID) string {
+	if len(ids) == 0 {
+		return "-"
+	}
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = string(id)
+	}
+	return strings.Join(s, ", ")
+}
+
+// completeNodeIDs offers the ids in the cluster map for shell completion.
+func completeNodeIDs(f *clusterFlags) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := f.client(false)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+		defer cancel()
+		m, err := c.Map(ctx)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var ids []string
+		for _, n := range m.Nodes {
+			if n.State != cluster.StateRemoved {
+				ids = append(ids, string(n.ID)+"\t"+string(n.State))
+			}
+		}
+		return ids, cobra.ShellCompDirectiveNoFileComp
+	}
+}
