@@ -52,6 +52,8 @@ var (
 	ErrPersist = errors.New("pmem: persisting to the medium failed")
 	// ErrReadOnly: the region was opened for inspection only.
 	ErrReadOnly = errors.New("pmem: region is read-only")
+	// ErrBusy: another process has the region open.
+	ErrBusy = errors.New("pmem: region is in use")
 	// ErrClosed: the region was closed.
 	ErrClosed = errors.New("pmem: region is closed")
 	// ErrUnsupported: this platform cannot open the requested kind of region.

@@ -98,3 +98,18 @@ func TestTmpfsIsVolatile(t *testing.T) {
 	_, err = Open(path, Options{Require: RequirePmem})
 	require.ErrorIs(t, err, ErrNotPmem)
 }
+
+func TestOneWriterAtATime(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	r, err := Create(path, 128<<10, smallFormat, Options{})
+	require.NoError(t, err)
+	_, err = Open(path, Options{})
+	require.ErrorIs(t, err, ErrBusy)
+	require.Contains(t, err.Error(), "stop the node")
+	_, err = CheckFile(t.Context(), path, false, nil)
+	require.ErrorIs(t, err, ErrBusy, "fsck refuses a region in use")
+	require.NoError(t, r.Close())
+	r, err = Open(path, Options{})
+	require.NoError(t, err, "the lock goes with the region")
+	require.NoError(t, r.Close())
+}

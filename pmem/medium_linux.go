@@ -62,6 +62,20 @@ func OpenFileMedium(path string, opts FileOptions) (*FileMedium, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pmem: open region: %w", err)
 	}
+	// One writer at a time: two processes recovering or allocating in the
+	// same region would corrupt it. A private (fsck) open shares the lock
+	// with other inspectors but not with a writer.
+	how := unix.LOCK_EX
+	if opts.Private {
+		how = unix.LOCK_SH
+	}
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is open in another process: stop the node using it first", ErrBusy, path)
+		}
+		return nil, fmt.Errorf("pmem: lock %s: %w", path, err)
+	}
 	m, err := mapFile(f, path, opts, sysfs)
 	if err != nil {
 		f.Close()

@@ -294,6 +294,9 @@ func Attach(m Medium, o Options) (*Region, error) {
 		return nil, err
 	}
 	r.rebuildIndexes()
+	r.logger.Info("pmem: region open", "region", sb.RegionUUID.String(), "mode", r.info.Mode.String(),
+		"domain", r.info.Domain.String(), "instruction", r.info.Instruction.String(), "path", r.info.Path,
+		"replayed", r.recovery.Replayed)
 	r.slots = make(chan int, g.LogSlots)
 	for i := range int(g.LogSlots) {
 		r.slots <- i
