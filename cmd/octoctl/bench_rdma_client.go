@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/octofs/octofs/rdma"
@@ -380,6 +383,7 @@ func (c *benchClient) bandwidthTable(ctx context.Context, spawned string) (*benc
 	if spawned != "" {
 		t.note("%s", spawned)
 	}
+	t.note("client host: %s", hostLoad())
 	t.note("TCP: a stream between the same two processes (%s), one write per message, Go defaults (TCP_NODELAY)", c.tcpAddr)
 	t.note("polling: %s", pollDescription(p.poll))
 	for _, o := range ops[:2] {
@@ -452,6 +456,18 @@ func (c *benchClient) tcpAddrOrDial(ctx context.Context) string {
 		}
 	}
 	return c.tcpAddr
+}
+
+// hostLoad describes the client's machine, since other work on it moves
+// every figure: CPUs and the load average when the run ends.
+func hostLoad() string {
+	s := fmt.Sprintf("%d CPUs", runtime.NumCPU())
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			s += fmt.Sprintf(", load average %s %s %s", f[0], f[1], f[2])
+		}
+	}
+	return s
 }
 
 func verdict(ok bool) string {
