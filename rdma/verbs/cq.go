@@ -124,6 +124,7 @@ func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 				w.Imm = uint32(o.imm)
 			} else {
 				w.Opcode, w.ByteLen, w.Imm, w.HasImm = 0, 0, 0, false
+				c.dev.qpFailed(w.QPN) // an RC error completion means Err
 			}
 		}
 		got += n

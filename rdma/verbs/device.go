@@ -58,6 +58,7 @@ type device struct {
 	closed bool
 	pds    map[*pd]struct{}
 	cqs    map[*C.struct_ibv_cq]*cq
+	qps    map[uint32]*qp // by QPN, for error completions and events
 }
 
 var _ rdma.Device = (*device)(nil)
@@ -119,7 +120,7 @@ func Open(cfg rdma.DeviceConfig) (rdma.Device, error) {
 func newDevice(ctx *C.struct_ibv_context, name string, port uint8, cfg rdma.DeviceConfig, log *slog.Logger) (*device, error) {
 	d := &device{
 		ctx: ctx, name: name, log: log.With("device", name), port: port,
-		pds: map[*pd]struct{}{}, cqs: map[*C.struct_ibv_cq]*cq{},
+		pds: map[*pd]struct{}{}, cqs: map[*C.struct_ibv_cq]*cq{}, qps: map[uint32]*qp{},
 	}
 	var pa C.struct_ibv_port_attr
 	if rc := C.octo_query_port(ctx, C.uint8_t(port), &pa); rc != 0 {
@@ -273,6 +274,7 @@ func (d *device) handleAsync(typ uint32, elem unsafe.Pointer) {
 		qpn := uint32(0)
 		if elem != nil {
 			qpn = uint32((*C.struct_ibv_qp)(elem).qp_num)
+			d.qpFailed(qpn)
 		}
 		d.log.Debug("queue pair error event", "event", C.GoString(C.ibv_event_type_str(C.enum_ibv_event_type(typ))), "qpn", qpn)
 	default:
@@ -350,6 +352,31 @@ func (d *device) removeCQ(c *cq) {
 	d.mu.Lock()
 	delete(d.cqs, c.cq)
 	d.mu.Unlock()
+}
+
+func (d *device) addQP(q *qp) {
+	d.mu.Lock()
+	d.qps[q.qpn] = q
+	d.mu.Unlock()
+}
+
+func (d *device) removeQP(q *qp) {
+	d.mu.Lock()
+	if d.qps[q.qpn] == q {
+		delete(d.qps, q.qpn)
+	}
+	d.mu.Unlock()
+}
+
+// qpFailed notes that queue pair qpn is in Err (an error completion or
+// event said so).
+func (d *device) qpFailed(qpn uint32) {
+	d.mu.Lock()
+	q := d.qps[qpn]
+	d.mu.Unlock()
+	if q != nil {
+		q.failed.Store(true)
+	}
 }
 
 func (d *device) removePD(p *pd) {

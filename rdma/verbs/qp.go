@@ -49,6 +49,9 @@ type qp struct {
 	// also knows about transitions to Err.
 	state  atomic.Uint32
 	closed atomic.Bool
+	// failed is set once the queue pair is known to be in Err: an error
+	// completion of it was polled, or Modify moved it there. See PostRecv.
+	failed atomic.Bool
 
 	mu sync.Mutex // serialises Modify and Close
 
@@ -120,6 +123,7 @@ func (p *pd) createQP(cfg rdma.QPConfig) (*qp, error) {
 	}
 	qp.state.Store(uint32(rdma.QPSReset))
 	p.qps[qp] = struct{}{}
+	p.dev.addQP(qp)
 	return qp, nil
 }
 
@@ -158,8 +162,9 @@ func (q *qp) Endpoint() rdma.Endpoint {
 	return rdma.Endpoint{QPN: q.qpn, PSN: q.psn, LID: q.dev.lid, GID: q.dev.gid, MTU: q.dev.activeMTU}
 }
 
-// legalTransition is the RC state machine verbs enforces: Reset→Init,
-// Init→Init, Init→RTR, RTR→RTS, RTS→RTS, and anything to Reset or Err.
+// legalTransition is the RC state machine of the rdma API: Reset→Init,
+// Init→Init, Init→RTR, RTR→RTS, RTS→RTS, and anything to Reset or Err
+// (Reset→Err goes through Init, see Modify).
 func legalTransition(from, to rdma.QPState) bool {
 	switch to {
 	case rdma.QPSReset, rdma.QPSErr:
@@ -188,6 +193,21 @@ func (q *qp) Modify(a rdma.QPAttr) error {
 	if !legalTransition(from, a.State) {
 		return fmt.Errorf("%w: %v to %v", rdma.ErrBadState, from, a.State)
 	}
+	if from == rdma.QPSReset && a.State == rdma.QPSErr {
+		// The rdma API lets any state move to Err; the kernel's state
+		// table (and so every verbs device) has no Reset → Err. Going
+		// through Init reaches the same place: a Reset queue pair has no
+		// work requests to flush.
+		if err := q.modify(rdma.QPAttr{State: rdma.QPSInit}, from); err != nil {
+			return err
+		}
+		from = rdma.QPSInit
+	}
+	return q.modify(a, from)
+}
+
+// modify performs one transition the kernel accepts; q.mu is held.
+func (q *qp) modify(a rdma.QPAttr, from rdma.QPState) error {
 	var attr C.struct_ibv_qp_attr
 	var mask C.int
 	switch a.State {
@@ -264,6 +284,12 @@ func (q *qp) Modify(a rdma.QPAttr) error {
 		return fmt.Errorf("verbs: QP %d %v to %v: %w", q.qpn, from, a.State, mapErrno(errnoErr(int(rc))))
 	}
 	q.state.Store(uint32(a.State))
+	switch a.State {
+	case rdma.QPSErr:
+		q.failed.Store(true)
+	case rdma.QPSReset:
+		q.failed.Store(false)
+	}
 	return nil
 }
 
@@ -330,6 +356,9 @@ func (q *qp) checkSend(wr *rdma.SendWR) error {
 	for _, s := range wr.SGL {
 		total += uint64(s.Length)
 	}
+	if total > uint64(q.dev.caps.MaxMsgSize) {
+		return fmt.Errorf("%w: %d-byte message, the port's maximum is %d", rdma.ErrInvalid, total, q.dev.caps.MaxMsgSize)
+	}
 	if wr.Flags&rdma.SendInline != 0 {
 		switch wr.Opcode {
 		case rdma.OpSend, rdma.OpSendWithImm, rdma.OpWrite, rdma.OpWriteWithImm:
@@ -391,7 +420,26 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 			return &rdma.PostError{Index: base + n, Err: bad}
 		}
 	}
+	if q.failed.Load() && len(wrs) > 0 {
+		q.kickFlush()
+	}
 	return nil
+}
+
+// kickFlush makes the device flush receives posted to a queue pair in Err.
+// Posting a receive is no system call on rxe, so rxe (Linux 6.1) does not
+// see a receive posted in Err and never flushes it; moving the queue pair
+// to Err again (legal from Err) schedules rxe's responder, which flushes
+// it. Other devices flush on their own and ignore the no-op transition.
+func (q *qp) kickFlush() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed.Load() {
+		return
+	}
+	var attr C.struct_ibv_qp_attr
+	attr.qp_state = C.IBV_QPS_ERR
+	C.octo_modify_qp(q.qp, &attr, C.IBV_QP_STATE)
 }
 
 // Close destroys the queue pair; outstanding requests are discarded.
@@ -417,6 +465,7 @@ func (q *qp) Close() error {
 	C.free(unsafe.Pointer(q.recvScr))
 	q.scq.unref()
 	q.rcq.unref()
+	q.dev.removeQP(q)
 	q.pd.mu.Lock()
 	delete(q.pd.qps, q)
 	q.pd.mu.Unlock()
