@@ -167,9 +167,12 @@ func testCQWaitContext(t *testing.T, p Provider) {
 
 	t.Run("Deadline", func(t *testing.T) {
 		const d = 50 * time.Millisecond
+		// start is taken before the deadline is set: the deadline counts
+		// from WithTimeout, so a start taken after it could see Wait
+		// return a little under d on a slow machine (rxe under QEMU did).
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
-		start := time.Now()
 		n, err := a.SendCQ.Wait(ctx, wc[:])
 		el := time.Since(start)
 		if n != 0 || !errors.Is(err, context.DeadlineExceeded) {
