@@ -8,7 +8,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Pinned so that every machine lints with the same rules.
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo crashtest
+.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo crashtest verbs-build vm-test
 
 all: build
 
@@ -20,11 +20,13 @@ help:
 	@echo "make crashtest   pmem power-loss harness, CRASHSTATES crash states (default 100000)"
 	@echo "make fuzz        run every fuzz target for FUZZTIME each (default 10s)"
 	@echo "make lint        gofmt, go vet, staticcheck"
+	@echo "make verbs-build vet, lint, build and unit-test the cgo verbs provider (part of make test)"
+	@echo "make vm-test     Soft-RoCE QEMU cluster: verbs conformance, perftest, bench rdma (~4 min)"
 
 build:
 	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/octofs ./cmd/octoctl
 
-test: lint
+test: lint verbs-build
 	$(GO) test $(GOFLAGS) -race -timeout 15m $(PKGS)
 
 # Quick local loop: no race detector, no lint.
@@ -76,3 +78,30 @@ crashtest:
 	  -args -pmem.crashstates=$(CRASHSTATES) > $(BIN)/crashtest.log 2>&1; status=$$?; \
 	grep -E 'crash states|--- |^ok|^FAIL' $(BIN)/crashtest.log; \
 	[ $$status -eq 0 ] || { echo "crashtest failed, full log in $(BIN)/crashtest.log"; }; exit $$status
+
+# The verbs provider (cgo over libibverbs) compiles only with -tags verbs.
+# make test vets, lints, builds and unit-tests it wherever libibverbs'
+# headers and cgo exist, so that it cannot rot; its conformance test skips
+# without an RDMA device (make vm-test runs it on rxe).
+VERBS_H := /usr/include/infiniband/verbs.h
+verbs-build: $(STATICCHECK)
+	@if [ ! -f $(VERBS_H) ]; then \
+	  echo "verbs-build: skipped: no $(VERBS_H) (apt-get install libibverbs-dev)"; exit 0; fi; \
+	if ! command -v "$$(CGO_ENABLED=1 $(GO) env CC)" >/dev/null; then \
+	  echo "verbs-build: skipped: no C compiler for cgo"; exit 0; fi; \
+	set -ex; export CGO_ENABLED=1; \
+	$(GO) vet -tags verbs ./rdma/...; \
+	$(STATICCHECK) -tags verbs ./rdma/...; \
+	$(GO) build -tags verbs ./...; \
+	$(GO) test -tags verbs -count=1 ./rdma/verbs/
+
+# QEMU guests joined by a virtual link with Soft-RoCE (rxe): the verbs
+# provider's conformance suite, perftest and octoctl bench rdma side by
+# side (vmtest/). Not part of make test. VMTEST_FLAGS: e.g. -steps
+# conformance, -vms 3, -keep, -v.
+VMTEST_FLAGS ?=
+vm-test:
+	@./vmtest/host-deps.sh
+	@mkdir -p .work/vm
+	$(GO) build -o .work/vm/vmtest ./vmtest
+	@exec .work/vm/vmtest $(VMTEST_FLAGS)
