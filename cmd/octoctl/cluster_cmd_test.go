@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/stretchr/testify/require"
+)
+
+// ctlNode starts an in-process node on loopback with short timeouts.
+func ctlNode(t *testing.T, id string, mod func(*cluster.Config)) *cluster.Node {
+	t.Helper()
+	rl, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg := cluster.Config{
+		ID: cluster.NodeID(id), DataDir: filepath.Join(t.TempDir(), id),
+		RaftListener: rl, AdminListener: al, Partitions: 32,
+		HeartbeatInterval: 50 * time.Millisecond, DownAfter: time.Second,
+		RaftHeartbeatTimeout: 200 * time.Millisecond, RaftElectionTimeout: 200 * time.Millisecond,
+		RaftLeaderLeaseTimeout: 100 * time.Millisecond, RaftCommitTimeout: 5 * time.Millisecond,
+		Region: cluster.RegionDescriptor{UUID: "r-" + id, Length: 4096, RKey: 0xabcd},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := cluster.Start(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+func runCtl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("OCTOFS_ADMIN", "")
+	t.Setenv("OCTOFS_TOKEN", "")
+	cmd := newRootCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestClusterCommands(t *testing.T) {
+	n1 := ctlNode(t, "n1", func(c *cluster.Config) { c.Bootstrap = true })
+	tok := n1.Token()
+	n2 := ctlNode(t, "n2", func(c *cluster.Config) { c.Join = []string{n1.AdminAddr()}; c.Token = tok })
+	idle := ctlNode(t, "n3", nil) // waits for octoctl join
+	require.Eventually(t, func() bool {
+		s := n1.Status()
+		return s.NodeStates[cluster.StateUp] == 2 && len(s.Voters) == 2
+	}, 20*time.Second, 20*time.Millisecond)
+	srv := "--server=" + n2.AdminAddr()
+
+	// join: the idle node is told to join and receives the token.
+	out, err := runCtl(t, "join", idle.AdminAddr(), srv, "--token", tok)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "node n3 at "+idle.AdminAddr()+" joined cluster")
+	require.Eventually(t, func() bool {
+		s := n2.Status()
+		return s.NodeStates[cluster.StateUp] == 3 && len(s.Voters) == 3
+	}, 20*time.Second, 20*time.Millisecond)
+
+	for name, tc := range map[string]struct {
+		args    []string
+		want    []string
+		notWant []string
+	}{
+		"status":         {args: []string{"status", srv}, want: []string{"Cluster", "Epoch", "Leader       n1 (" + n1.AdminAddr() + ")", "Nodes        3 up", "Voters       n1, n2, n3", "Partitions   32", "Answered by  n2"}},
+		"nodes":          {args: []string{"nodes", srv}, want: []string{"ID  STATE  RAFT", "n1  up     voter (leader)", "n3  up     voter", "as seen by n1"}},
+		"map public":     {args: []string{"map", srv, "--partitions"}, want: []string{"rkeys withheld", "(withheld)", "PARTITIONS  OWNER"}, notWant: []string{"0xabcd"}},
+		"map with token": {args: []string{"map", srv, "--token", tok}, want: []string{"0xabcd", "r-n2"}, notWant: []string{"withheld"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := runCtl(t, tc.args...)
+			require.NoError(t, err, out)
+			for _, w := range tc.want {
+				require.Contains(t, out, w)
+			}
+			for _, w := range tc.notWant {
+				require.NotContains(t, out, w)
+			}
+		})
+	}
+
+	// --json is machine-readable.
+	out, err = runCtl(t, "nodes", srv, "--json")
+	require.NoError(t, err)
+	var nr cluster.NodesResponse
+	require.NoError(t, json.Unmarshal([]byte(out), &nr))
+	require.Len(t, nr.Nodes, 3)
+	out, err = runCtl(t, "status", srv, "--json")
+	require.NoError(t, err)
+	var st cluster.Status
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	require.Equal(t, cluster.NodeID("n1"), st.Leader)
+
+	// Errors say what to do.
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+		is   error
+	}{
+		"no token":     {args: []string{"drain", "n3", srv}, want: "needs the cluster token: pass --token-file"},
+		"wrong token":  {args: []string{"drain", "n3", srv, "--token", "nope"}, want: "missing or wrong cluster token", is: cluster.ErrUnauthorized},
+		"unknown node": {args: []string{"remove", "n9", srv, "--token", tok}, want: "not in the cluster map: list the nodes with `octoctl nodes`"},
+		"unreachable":  {args: []string{"status", "--server", "127.0.0.1:1", "--timeout", "2s"}, want: "cannot reach the admin server", is: cluster.ErrUnreachable},
+		"bad args":     {args: []string{"drain"}, want: "accepts 1 arg"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := runCtl(t, tc.args...)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+			if tc.is != nil {
+				require.True(t, errors.Is(err, tc.is), "%v", err)
+			}
+		})
+	}
+
+	// drain then remove, through a follower, with the token from a file.
+	tokFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, writeFile(tokFile, tok+"\n"))
+	out, err = runCtl(t, "drain", "n3", srv, "--token-file", tokFile)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "node n3 draining at epoch")
+	require.Contains(t, out, "of 32 partitions changed owner")
+	out, err = runCtl(t, "remove", "n3", srv, "--token-file", tokFile)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "node n3 removed")
+	require.Contains(t, out, "0 of 32 partitions changed owner", "a drained node owns nothing")
+
+	// Shell completion comes from cobra's completion command.
+	out, err = runCtl(t, "completion", "bash")
+	require.NoError(t, err)
+	require.Contains(t, out, "__start_octoctl")
+	out, err = runCtl(t, "__complete", "remove", srv, "")
+	require.NoError(t, err)
+	require.Contains(t, out, "n1\tup")
+	require.NotContains(t, out, "n3", "removed nodes are not offered")
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), "Completion ended with directive: ShellCompDirectiveNoFileComp"), out)
+}
+
+func writeFile(path, s string) error {
+	return os.WriteFile(path, []byte(s), 0o600)
+}
