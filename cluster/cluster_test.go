@@ -95,7 +95,7 @@ func (tc *testCluster) config(id NodeID) Config {
 		DataDir:                dir,
 		Partitions:             64,
 		HeartbeatInterval:      50 * time.Millisecond,
-		DownAfter:              750 * time.Millisecond,
+		DownAfter:              1500 * time.Millisecond,
 		ApplyTimeout:           3 * time.Second,
 		RaftHeartbeatTimeout:   200 * time.Millisecond,
 		RaftElectionTimeout:    200 * time.Millisecond,
