@@ -18,7 +18,7 @@
 //     devdax mapping), never the Go heap: the kernel pins the pages for as
 //     long as the region lives, and the Go runtime does not know that.
 //     Linux refuses long-term pins of fsdax (file system DAX) pages, so
-//     registering an fsdax mapping fails with rdma.ErrInvalid or ErrBusy;
+//     registering an fsdax mapping fails (rdma.ErrInvalid, EOPNOTSUPP);
 //     export a devdax device instead. Pinning counts against
 //     RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
 //   - Device selection: DeviceConfig.Device names the device, else the
@@ -36,8 +36,13 @@
 //   - CQ overrun is reported by the device as an asynchronous event; Poll
 //     returns rdma.ErrCQOverrun once that event has been read, which can be
 //     a moment after the completion that overran.
+//   - The rdma API lets a queue pair move from Reset to Err; the kernel
+//     does not, so Modify goes through Init. librxe posts receives without
+//     a system call, so rxe would never flush a receive posted to a queue
+//     pair in Err; the provider re-issues the move to Err after such a
+//     post, which makes rxe flush it.
 //   - rdma.Faults is not implemented: a kernel device cannot drop its
-//     links or delay responses on request.
+//     links, delay responses or fail a key on request.
 //
 // docs/rdma-verbs.md describes running octofs on RDMA NICs and rxe, and
 // the VM harness (make vm-test) that runs this package's tests on rxe.

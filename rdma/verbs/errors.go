@@ -46,7 +46,7 @@ func mapErrno(e syscall.Errno) error {
 	case syscall.ENODEV, syscall.ENXIO:
 		return fmt.Errorf("%w (%v)", rdma.ErrNoDevice, e)
 	case syscall.EPERM, syscall.EACCES:
-		return fmt.Errorf("%w (%v: pinning needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK; fsdax memory cannot be pinned)", rdma.ErrInvalid, e)
+		return fmt.Errorf("%w (%v)", rdma.ErrInvalid, e)
 	}
 	return e
 }

@@ -54,8 +54,7 @@ func (p *pd) RegMR(buf []byte, access rdma.Access) (rdma.MR, error) {
 	addr := uintptr(unsafe.Pointer(&buf[0]))
 	m := C.octo_reg_mr(p.pd, C.uintptr_t(addr), C.size_t(len(buf)), accessFlags(access))
 	if m == nil {
-		e := errnoErr(0)
-		return nil, fmt.Errorf("verbs: register %d bytes at %#x: %w", len(buf), addr, mapErrno(e))
+		return nil, fmt.Errorf("verbs: register %d bytes at %#x: %w", len(buf), addr, regErr(errnoErr(0)))
 	}
 	r := &mr{pd: p, mr: m, buf: buf, access: access}
 	p.mrs[r] = struct{}{}
@@ -116,6 +115,19 @@ func (p *pd) destroyAll() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// regErr explains why the kernel refused to pin memory.
+func regErr(e syscall.Errno) error {
+	switch e {
+	case syscall.EOPNOTSUPP:
+		return fmt.Errorf("%w (%v: the kernel refuses long-term pins of this memory; fsdax mappings cannot be registered, export devdax)", rdma.ErrInvalid, e)
+	case syscall.ENOMEM, syscall.EPERM:
+		return fmt.Errorf("%w (%v: pinning exceeds RLIMIT_MEMLOCK; raise it (ulimit -l, LimitMEMLOCK=) or grant CAP_IPC_LOCK)", rdma.ErrInvalid, e)
+	case syscall.EFAULT:
+		return fmt.Errorf("%w (%v: the range is not mapped)", rdma.ErrInvalid, e)
+	}
+	return mapErrno(e)
 }
 
 // mr is a registered memory region.
