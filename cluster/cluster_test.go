@@ -370,7 +370,7 @@ func TestRemovedNodeStopsReceivingUpdates(t *testing.T) {
 		_, in := suffrageOf(mustConfig(t, tc.leader()), "n4")
 		return !in
 	})
-	tc.waitFor("n4 stopped raft", func() bool { return n4.raft.State() == raft.Shutdown })
+	tc.waitFor("n4 stopped raft", func() bool { return n4.raftStopped.Load() && n4.Status().RaftState == "Shutdown" })
 	frozen := n4.Map().Epoch
 
 	// Further changes reach the members but not the removed node.

@@ -312,6 +312,12 @@ func (n *Node) heartbeatLoop() {
 		}
 		_, leaderAddr := n.Leader()
 		if leaderAddr == "" {
+			// A non-voter that was removed before the map entry reached it
+			// sees no leader again and would never learn: ask the members.
+			if n.probeRemoved() {
+				n.onRemoved()
+				return
+			}
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval)
@@ -328,6 +334,30 @@ func (n *Node) heartbeatLoop() {
 			n.log.Debug("heartbeat failed", "leader", leaderAddr, "err", err)
 		}
 	}
+}
+
+// probeRemoved asks the other members for the map and reports whether it
+// tombstones this node.
+func (n *Node) probeRemoved() bool {
+	var members []string
+	for _, info := range n.Map().Nodes {
+		if info.ID != n.id && info.State != StateRemoved {
+			members = append(members, info.AdminAddr)
+		}
+	}
+	if len(members) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval)
+	defer cancel()
+	c := n.client(members)
+	defer c.CloseIdleConnections()
+	m, err := c.Map(ctx)
+	if err != nil {
+		return false
+	}
+	info, ok := m.Node(n.id)
+	return ok && info.State == StateRemoved
 }
 
 // watchSelfRemoval notices when the map tombstones this node.
@@ -359,6 +389,7 @@ func (n *Node) onRemoved() {
 			_ = n.raft.LeadershipTransfer().Error()
 		}
 		_ = n.raft.Shutdown().Error()
+		n.raftStopped.Store(true)
 	}()
 }
 

@@ -72,7 +72,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	g(descEpoch, float64(m.Epoch))
-	state := n.raft.State()
+	state := n.raftState()
 	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
 		v := 0.0
 		if s == state {

@@ -147,6 +147,9 @@ type Node struct {
 	joined  atomic.Bool
 	joinMu  sync.Mutex
 	removed atomic.Bool
+	// raftStopped is set once raft has shut down after removal. raft's own
+	// State() may read Follower after Shutdown if an RPC raced with it.
+	raftStopped atomic.Bool
 
 	// Leader-only state, valid while ready is true.
 	leaderMu    sync.Mutex
@@ -560,7 +563,7 @@ func (n *Node) Status() Status {
 	s := Status{
 		ClusterID:       m.ClusterID,
 		NodeID:          n.id,
-		RaftState:       n.raft.State().String(),
+		RaftState:       n.raftState().String(),
 		Leader:          leader,
 		LeaderAdminAddr: leaderAddr,
 		Term:            n.raft.CurrentTerm(),
@@ -584,6 +587,13 @@ func (n *Node) Status() Status {
 		s.NodeStates[node.State]++
 	}
 	return s
+}
+
+func (n *Node) raftState() raft.RaftState {
+	if n.raftStopped.Load() || n.ctx.Err() != nil {
+		return raft.Shutdown
+	}
+	return n.raft.State()
 }
 
 // Nodes returns the node table from this node's view. Heartbeat ages are
