@@ -337,27 +337,42 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 	q.mu.Lock()
 	err := q.postSendLocked(wrs)
 	pending := q.sqNext < q.sqTail && q.state == rdma.QPSRTS
+	inFlight := q.sqHead < q.sqNext
 	connected := q.out != nil
 	if pending {
 		q.armWatchdogLocked()
 	}
 	q.mu.Unlock()
-	if pending {
-		// Small requests go out on the caller's goroutine when nobody
-		// else is transmitting: one system call, no hand-off. Anything
-		// else wakes the sender goroutine, so that posting never blocks
-		// on the network.
-		if !connected || !q.txMu.TryLock() {
-			q.kick()
-		} else {
-			more := q.transmit(inlineTxLimit)
-			q.txMu.Unlock()
-			if more {
-				q.kick()
-			}
-		}
+	switch {
+	case !pending:
+	case !connected:
+		q.kick()
+	case inFlight:
+		// Transmission is clocked by responses, as TCP's is by ACKs:
+		// a response to a request in flight is still to be processed,
+		// and the response reader transmits whatever is queued then,
+		// in one batch. This saves a system call per request.
+	default:
+		q.transmitPending()
 	}
 	return err
+}
+
+// transmitPending transmits queued small requests on the calling
+// goroutine if nobody else is transmitting, and leaves the rest to the
+// sender goroutine, so that it never blocks on a large payload.
+func (q *qp) transmitPending() {
+	if !q.txMu.TryLock() {
+		// The holder may have finished looking before this request
+		// was queued: make sure somebody looks again.
+		q.kick()
+		return
+	}
+	more := q.transmit(inlineTxLimit)
+	q.txMu.Unlock()
+	if more {
+		q.kick()
+	}
 }
 
 // postSendLocked queues wrs up to the first one refused.

@@ -201,8 +201,8 @@ func (q *qp) transmit(limit int) (more bool) {
 				hi += frameHeaderSize
 			}
 		}
-		bufs := tx.bufs // WriteTo consumes its receiver
-		_, err := bufs.WriteTo(c)
+		bufs := tx.bufs                // WriteTo consumes its receiver
+		_, err := bufs.WriteTo(c.Conn) // the net.Conn itself, which writes with writev
 		tx.held = releaseAll(tx.held)
 		if err != nil {
 			q.connFailed(c)
@@ -278,6 +278,22 @@ func (q *qp) readResponses(c *wireConn) {
 	var held []*mr
 	var sgl []rdma.SGE
 	for {
+		if br.Buffered() == 0 {
+			// All responses that have arrived are applied: send
+			// what was queued meanwhile (see PostSend).
+			q.mu.Lock()
+			queued, inFlight := q.sqTail-q.sqNext, q.sqNext-q.sqHead
+			current := q.out == c
+			q.mu.Unlock()
+			// Like Nagle's algorithm, wait until the batch is as
+			// large as what is in flight: each batch then costs the
+			// two sides one system call each way, however small its
+			// requests. A request queued behind a deep pipeline waits
+			// at most for the responses already due.
+			if current && queued > 0 && queued >= inFlight {
+				q.transmitPending()
+			}
+		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
 			q.connFailed(c)
 			return

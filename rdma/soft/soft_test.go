@@ -20,7 +20,7 @@ type pair struct {
 	mrA, mrB   rdma.MR
 }
 
-func newPair(t *testing.T) *pair {
+func newPair(t testing.TB) *pair {
 	t.Helper()
 	p := &pair{}
 	var err error
@@ -67,7 +67,7 @@ func newPair(t *testing.T) *pair {
 	return p
 }
 
-func waitOne(t *testing.T, cq rdma.CQ) rdma.WorkCompletion {
+func waitOne(t testing.TB, cq rdma.CQ) rdma.WorkCompletion {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
