@@ -20,9 +20,14 @@
 //
 //   - A remote access succeeds only if the rkey names a live memory region of
 //     the responder queue pair's protection domain, with the REMOTE_* right
-//     for the operation, the whole range inside it, and the queue pair's own
-//     access flags allow it; otherwise the requester's completion reports
-//     WCRemAccessErr. Zero-length operations skip the key check.
+//     for the operation and the whole range inside it; otherwise the
+//     requester's completion reports WCRemAccessErr. An operation that the
+//     responder queue pair's own access flags (set at Init) forbid reports
+//     WCRemInvReqErr, as rxe does (some HCAs say WCRemAccessErr). Zero-length
+//     operations skip the key check. Both queue pairs then move to QPSErr.
+//   - Atomics operate on one 8-byte word in the responder's byte order; its
+//     address must be 8-byte aligned (else WCRemInvReqErr), and the local
+//     buffer is one 8-byte SGE that receives the original value.
 //   - Send-queue completions appear in post order, and only once the
 //     operation is done at the responder (for READ and atomics, once the
 //     data is in the local buffer). Unsignaled requests complete silently

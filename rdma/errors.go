@@ -8,8 +8,8 @@ import (
 // Sentinel errors. Providers wrap them with %w; callers test with errors.Is.
 var (
 	// ErrInvalid is a bad argument (EINVAL): an unknown opcode, too many
-	// SGEs, inline data over the limit, a misaligned or odd-sized atomic,
-	// an access combination verbs forbids.
+	// SGEs, inline data over the limit, an atomic whose local buffer is not
+	// one 8-byte SGE, an access combination verbs forbids.
 	ErrInvalid = errors.New("rdma: invalid argument")
 	// ErrQueueFull means a work queue has no room (ENOMEM from post).
 	ErrQueueFull = errors.New("rdma: work queue full")
