@@ -533,3 +533,26 @@ func TestStartErrors(t *testing.T) {
 	_, ok := n1.Map().Node("intruder")
 	require.False(t, ok)
 }
+
+// TestRestartFromSnapshot: a node restarts from a raft snapshot file (not
+// only from log replay) and has the same map; a node that joins later
+// receives the snapshot.
+func TestRestartFromSnapshot(t *testing.T) {
+	tc := newTestCluster(t)
+	n1 := tc.bootstrap("n1")
+	n2 := tc.join("n2", n1)
+	tc.waitFor("two up", func() bool { return tc.converged(2) })
+	_, err := n1.Drain(context.Background(), "n2")
+	require.NoError(t, err)
+	want := n1.Map()
+	require.NoError(t, n1.raft.Snapshot().Error())
+	addr := n1.RaftAddr()
+	tc.crash(n1)
+	tc.crash(n2)
+
+	n1 = tc.start(tc.config("n1"), addr)
+	require.Contains(t, tc.logs.String(), "map restored from snapshot")
+	// Alone it has no quorum, but its FSM already holds the map.
+	tc.waitFor("map restored", func() bool { return n1.Map().Epoch == want.Epoch })
+	require.Equal(t, want, n1.Map())
+}
