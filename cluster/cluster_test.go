@@ -271,6 +271,7 @@ func TestJoinAsNonVoterThenPromoted(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.tweak = func(c *Config) { c.MaxVoters = 4 }
 	n1, _, _ := tc.formThree()
+	before := n1.Map()
 	start := time.Now()
 	n4 := tc.join("n4", n1)
 	tc.waitFor("n4 up and a voter", func() bool {
@@ -278,6 +279,16 @@ func TestJoinAsNonVoterThenPromoted(t *testing.T) {
 		return tc.converged(4) && len(v) == 4
 	})
 	t.Logf("n4 joined, caught up and was promoted in %v", time.Since(start).Round(time.Millisecond))
+	after := n4.Map()
+	moved := 0
+	for p := range after.Partitions {
+		if after.Partitions[p] != before.Partitions[p] {
+			moved++
+		}
+	}
+	minimum := bruteMinimumMoves(before.Partitions, []NodeID{"n1", "n2", "n3", "n4"})
+	t.Logf("n4 up: %d of %d partitions moved, minimum %d; n4 owns %d", moved, len(after.Partitions), minimum, after.PartitionCounts()["n4"])
+	require.Equal(t, minimum, moved)
 
 	// The log shows n4 first as a non-voter, then as a voter.
 	var seen []string
