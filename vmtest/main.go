@@ -57,11 +57,11 @@ func main() {
 		only     = flag.String("steps", "", "comma-separated steps to run (default all: "+stepNames()+")")
 		mtu      = flag.Int("mtu", 9000, "MTU of the virtual link")
 		keep     = flag.Bool("keep", false, "keep the guests running after the steps until Ctrl-C (to attach to their consoles)")
-		verbose  = flag.Bool("v", false, "echo the guests' step output as it arrives")
+		link     = flag.String("link", "auto", "how guests are linked: hub (an L2 hub in the harness), direct (two guests, one NIC listening for the other), auto (direct for two guests)")
 		deadline = flag.Duration("timeout", 9*time.Minute, "bound on the whole run")
 	)
 	flag.Parse()
-	os.Exit(run(*work, *nvms, *only, *mtu, *keep, *verbose, *deadline))
+	os.Exit(run(*work, *nvms, *only, *mtu, *keep, *link, *deadline))
 }
 
 func stepNames() string {
@@ -72,9 +72,9 @@ func stepNames() string {
 	return strings.Join(n, ",")
 }
 
-func run(work string, nvms int, only string, mtu int, keep, verbose bool, deadline time.Duration) (code int) {
+func run(work string, nvms int, only string, mtu int, keep bool, link string, deadline time.Duration) (code int) {
 	start := time.Now()
-	r := &report{verbose: verbose}
+	r := &report{}
 	procs := &procTable{}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -102,6 +102,18 @@ func run(work string, nvms int, only string, mtu int, keep, verbose bool, deadli
 
 	if nvms < 2 {
 		r.fail("setup", "need at least 2 guests")
+		return 1
+	}
+	switch {
+	case link == "auto" && nvms == 2:
+		link = "direct"
+	case link == "auto":
+		link = "hub"
+	case link == "direct" && nvms != 2:
+		r.fail("setup", "-link direct joins exactly two guests; use -link hub")
+		return 1
+	case link != "hub" && link != "direct":
+		r.fail("setup", "-link is hub, direct or auto")
 		return 1
 	}
 	selected := map[string]bool{}
@@ -155,7 +167,7 @@ func run(work string, nvms int, only string, mtu int, keep, verbose bool, deadli
 		Qemu: qemu, Kernel: filepath.Join(work, "vmlinuz"), Initrd: filepath.Join(work, "initramfs.gz"),
 		Share: share, RunDir: runDir, HubSock: filepath.Join(runDir, "hub.sock"), MTU: mtu,
 	}
-	c, err = startCluster(ctx, bc, nvms, procs)
+	c, err = startCluster(ctx, bc, nvms, link == "direct", procs)
 	if err != nil {
 		r.fail("boot", err.Error())
 		return 1
@@ -164,7 +176,7 @@ func run(work string, nvms int, only string, mtu int, keep, verbose bool, deadli
 	if octoctlErr != nil {
 		c.octoctlErr = octoctlErr.Error()
 	}
-	r.pass("boot", fmt.Sprintf("%d guests up in %.0fs (%s), consoles in %s", nvms, time.Since(t).Seconds(), c.vms[0].hello.Kernel, runDir))
+	r.pass("boot", fmt.Sprintf("%d guests up in %.0fs (%s, %s link, MTU %d), consoles in %s", nvms, time.Since(t).Seconds(), c.vms[0].hello.Kernel, link, mtu, runDir))
 
 	// 3. The steps.
 	for _, s := range steps {
@@ -279,12 +291,18 @@ type cluster struct {
 	baseline map[string]perfResult
 }
 
-func startCluster(ctx context.Context, bc bootConfig, n int, procs *procTable) (*cluster, error) {
-	h, err := newHub(bc.HubSock)
-	if err != nil {
-		return nil, err
+// startCluster boots n guests. Their NICs meet in the hub, or with direct,
+// the first guest's NIC listens and the second's connects to it (QEMU's
+// stream netdev carries one peer), one process fewer on every frame's way.
+func startCluster(ctx context.Context, bc bootConfig, n int, direct bool, procs *procTable) (*cluster, error) {
+	c := &cluster{procs: procs}
+	if !direct {
+		h, err := newHub(bc.HubSock)
+		if err != nil {
+			return nil, err
+		}
+		c.hub = h
 	}
-	c := &cluster{hub: h, procs: procs}
 	specs := make([]vmSpec, n)
 	for i := range specs {
 		specs[i] = vmSpec{
@@ -301,11 +319,23 @@ func startCluster(ctx context.Context, bc bootConfig, n int, procs *procTable) (
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range specs {
+		if direct && i == 0 {
+			specs[0].LinkServer = true
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c.vms[i], errs[i] = bootVM(ctx, bc, specs[i], procs)
 		}()
+		if direct && i == 0 {
+			// The second guest's NIC connects at start-up: wait for the
+			// first one's socket.
+			if err := waitForFile(ctx, bc.HubSock, 30*time.Second); err != nil {
+				wg.Wait()
+				c.shutdown()
+				return nil, fmt.Errorf("vm1's link socket: %w", err)
+			}
+		}
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -331,5 +361,23 @@ func (c *cluster) shutdown() {
 	if c.hub != nil {
 		c.hub.Close()
 		c.hub = nil
+	}
+}
+
+// waitForFile waits until path exists.
+func waitForFile(ctx context.Context, path string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear in %v", path, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 // "vm-test: N passed, N failed, N skipped" line.
 type report struct {
 	mu                      sync.Mutex
-	verbose                 bool
 	passed, failed, skipped int
 	failures                []string
 	tables                  []string

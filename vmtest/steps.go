@@ -16,20 +16,22 @@ import (
 // rxeGIDIndex finds the index of v's IPv4-mapped RoCE v2 GID on rxe0,
 // which perftest needs as -x (the verbs provider finds it by itself).
 func rxeGIDIndex(ctx context.Context, v *vm) (int, error) {
+	// rxe's table has 1024 slots; its addresses are in the first few.
+	// One grep prints "index:gid" for each.
 	out, err := v.run(ctx, 20*time.Second, nil, "sh", "-c",
-		`for f in /sys/class/infiniband/rxe0/ports/1/gids/*; do echo "${f##*/} $(cat $f)"; done`)
+		`cd /sys/class/infiniband/rxe0/ports/1/gids && grep -H . $(seq 0 15)`)
 	if err != nil {
 		return 0, fmt.Errorf("%v: %s", err, out)
 	}
 	want := netip.MustParseAddr(v.spec.IP)
 	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) != 2 {
+		idx, gidText, ok := strings.Cut(line, ":")
+		if !ok {
 			continue
 		}
-		gid, err := netip.ParseAddr(f[1])
+		gid, err := netip.ParseAddr(gidText)
 		if err == nil && gid.Unmap() == want {
-			return strconv.Atoi(f[0])
+			return strconv.Atoi(idx)
 		}
 	}
 	return 0, fmt.Errorf("%s: no GID for %s on rxe0:\n%s", v.spec.Name, want, out)
@@ -225,6 +227,7 @@ func stepPerftest(ctx context.Context, c *cluster, r *report) error {
 		}
 		out, err := cli.run(ctx, 90*time.Second, nil, append(common, "-x", strconv.Itoa(cg), srv.spec.IP)...)
 		sout, serr := sj.wait(ctx, 30*time.Second)
+		os.WriteFile(filepath.Join(c.runDir(), "perftest-"+pt.key+".log"), []byte(out), 0o644)
 		if err != nil {
 			r.fail("perftest/"+pt.key, fmt.Sprintf("client: %v\n%s\nserver: %v\n%s", err, tailString(out, 15), serr, tailString(sout, 10)))
 			continue

@@ -22,6 +22,9 @@ type vmSpec struct {
 	Name string // vm1, vm2, ...
 	IP   string // on the virtual link, without prefix length
 	MAC  string
+	// LinkServer makes this guest's NIC listen on HubSock instead of
+	// connecting to it: the first of two directly linked guests.
+	LinkServer bool
 	// Pmem, if not "", gives the guest an emulated NVDIMM of PmemSize
 	// bytes backed by a file, set up as "devdax" or "fsdax" by init.
 	Pmem     string
@@ -60,11 +63,13 @@ type job struct {
 
 // bootConfig is what every guest shares.
 type bootConfig struct {
-	Qemu    string
-	Kernel  string
-	Initrd  string
-	Share   string // read-only 9p share, /mnt/host in the guest
-	RunDir  string // sockets, console logs, pmem files
+	Qemu   string
+	Kernel string
+	Initrd string
+	Share  string // read-only 9p share, /mnt/host in the guest
+	RunDir string // sockets, console logs, pmem files
+	// HubSock is the unix socket every guest's NIC connects to: the hub's,
+	// or with a direct link between two guests, the first guest's own.
 	HubSock string
 	MTU     int
 }
@@ -97,7 +102,7 @@ func bootVM(ctx context.Context, bc bootConfig, spec vmSpec, procs *procTable) (
 		// also logs to a file.
 		"-chardev", fmt.Sprintf("socket,id=con,path=%s,server=on,wait=off,logfile=%s", consoleSock, consoleLog),
 		"-serial", "chardev:con",
-		"-netdev", fmt.Sprintf("stream,id=n0,server=off,addr.type=unix,addr.path=%s", bc.HubSock),
+		"-netdev", fmt.Sprintf("stream,id=n0,server=%s,addr.type=unix,addr.path=%s", onOff(spec.LinkServer), bc.HubSock),
 		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=%s,host_mtu=%d", spec.MAC, bc.MTU),
 		"-fsdev", fmt.Sprintf("local,id=fs0,path=%s,security_model=none,readonly=on", bc.Share),
 		"-device", "virtio-9p-pci,fsdev=fs0,mount_tag=host",
@@ -174,6 +179,13 @@ func bootVM(ctx context.Context, bc bootConfig, spec vmSpec, procs *procTable) (
 	case <-ctx.Done():
 		return v, ctx.Err()
 	}
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }
 
 // read dispatches the agent's replies to their jobs.

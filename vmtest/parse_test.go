@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseGoTestV(t *testing.T) {
+	out := `=== RUN   TestConformance
+=== RUN   TestConformance/Caps
+--- PASS: TestConformance/Caps (0.01s)
+=== RUN   TestConformance/Atomics
+=== RUN   TestConformance/Atomics/Misaligned
+    atomic.go:88: got completion {id 1: remote access error}, want id 1 with status "remote invalid request"
+--- FAIL: TestConformance/Atomics/Misaligned (0.20s)
+=== RUN   TestConformance/Faults
+    faults.go:33: provider "verbs" does not implement rdma.Faults
+--- SKIP: TestConformance/Faults (0.00s)
+--- FAIL: TestConformance/Atomics (0.20s)
+--- FAIL: TestConformance (0.21s)
+FAIL
+`
+	got := leaves(parseGoTestV(out))
+	want := map[string]string{
+		"TestConformance/Caps":               "PASS",
+		"TestConformance/Atomics/Misaligned": "FAIL",
+		"TestConformance/Faults":             "SKIP",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("leaves = %+v, want %v", got, want)
+	}
+	for _, r := range got {
+		if want[r.name] != r.status {
+			t.Errorf("%s: status %s, want %s", r.name, r.status, want[r.name])
+		}
+	}
+	for _, r := range got {
+		if r.name == "TestConformance/Atomics/Misaligned" && (len(r.log) != 1 || !strings.Contains(r.log[0], "atomic.go:88")) {
+			t.Errorf("failure log = %q, want the atomic.go:88 line", r.log)
+		}
+	}
+}
+
+func TestParsePerftest(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		bw   bool
+		want float64
+	}{
+		{"testdata/ib_write_bw.txt", true, 0},
+		{"testdata/ib_read_lat.txt", false, 0},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			b, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := parsePerftest(string(b), tc.bw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.value <= 0 {
+				t.Fatalf("parsePerftest = %+v, want a positive figure", got)
+			}
+		})
+	}
+	if _, err := parsePerftest("Couldn't connect to 169.254.10.1:18600\n", true); err == nil {
+		t.Error("parsePerftest of a failed run gave no error")
+	}
+}
+
+func TestFindBench(t *testing.T) {
+	b, err := os.ReadFile("testdata/bench.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []benchTable
+	for _, line := range strings.Split(string(b), "\n") {
+		var tb benchTable
+		if json.Unmarshal([]byte(line), &tb) == nil && len(tb.Columns) > 0 {
+			tables = append(tables, tb)
+		}
+	}
+	for _, tc := range []struct {
+		op, size string
+		bw       bool
+	}{
+		{"RDMA_WRITE", "1MiB", true},
+		{"RDMA_READ", "1MiB", true},
+		{"RDMA_READ", "8B", false},
+		{"SEND", "8B", false},
+	} {
+		got, ok := findBench(tables, tc.op, tc.size, tc.bw)
+		if !ok || got.value <= 0 {
+			t.Errorf("findBench(%s %s) = %+v, %v; want a figure", tc.op, tc.size, got, ok)
+		}
+	}
+	if _, ok := findBench(tables, "RDMA_WRITE", "8B", false); ok {
+		t.Error("findBench found a WRITE latency that the bench does not measure")
+	}
+}
+
+func TestParseUnits(t *testing.T) {
+	for _, tc := range []struct {
+		cell, col string
+		want      float64
+	}{
+		{"35.5", "MiB/s", 35.5},
+		{"1 GiB/s", "bw", 1024},
+		{"8 Gbit/s", "bw", 8e9 / 8 / (1 << 20)},
+	} {
+		if got, ok := parseBandwidth(tc.cell, tc.col); !ok || got != tc.want {
+			t.Errorf("parseBandwidth(%q, %q) = %v, %v; want %v", tc.cell, tc.col, got, ok, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		cell, col string
+		want      float64
+	}{
+		{"251.5", "p50", 251.5},
+		{"1.5ms", "p50", 1500},
+		{"2", "p50 ms", 2000},
+	} {
+		if got, ok := parseLatency(tc.cell, tc.col); !ok || got != tc.want {
+			t.Errorf("parseLatency(%q, %q) = %v, %v; want %v", tc.cell, tc.col, got, ok, tc.want)
+		}
+	}
+}
