@@ -44,7 +44,7 @@ type step struct {
 // here, as more named steps over the same guests.
 var steps = []step{
 	{"rxe", "each guest has an active rxe0 and reaches its peers over it", stepRXE},
-	{"conformance", "rdma conformance suite, verbs provider on rxe0 (vm1)", stepConformance},
+	{"conformance", "rdma conformance suite and the provider's own tests, verbs provider on rxe0 (vm1)", stepConformance},
 	{"devdax", "register an emulated NVDIMM (devdax) as an RDMA region (vm1)", stepDevDax},
 	{"perftest", "perftest baseline between vm1 and vm2", stepPerftest},
 	{"bench", "octoctl bench rdma --provider verbs between vm1 and vm2, beside perftest", stepBench},

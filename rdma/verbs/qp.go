@@ -59,6 +59,9 @@ type qp struct {
 	sendWRs  []C.struct_octo_send
 	sendSGEs []C.struct_ibv_sge
 	sendScr  *C.struct_ibv_send_wr
+	// badIdx receives the index of a refused request; it is C memory
+	// because a Go variable passed to C escapes to the heap on every call.
+	badIdx *C.int
 
 	recvMu   sync.Mutex
 	recvWRs  []C.struct_octo_recv
@@ -120,6 +123,7 @@ func (p *pd) createQP(cfg rdma.QPConfig) (*qp, error) {
 		recvWRs:  cslice[C.struct_octo_recv](postBatch, C.sizeof_struct_octo_recv),
 		recvSGEs: cslice[C.struct_ibv_sge](postBatch*max(recvSGE, 1), C.sizeof_struct_ibv_sge),
 		recvScr:  (*C.struct_ibv_recv_wr)(C.calloc(postBatch, C.sizeof_struct_ibv_recv_wr)),
+		badIdx:   (*C.int)(C.calloc(2, C.sizeof_int)),
 	}
 	qp.state.Store(uint32(rdma.QPSReset))
 	p.qps[qp] = struct{}{}
@@ -331,9 +335,8 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 			n++
 		}
 		if n > 0 {
-			var badIdx C.int
-			if rc := C.octo_post_send(q.qp, &q.sendWRs[0], C.int(n), &q.sendSGEs[0], q.sendScr, &badIdx); rc != 0 {
-				return &rdma.PostError{Index: base + int(badIdx), Err: fmt.Errorf("verbs: post send: %w", mapPostErrno(syscall.Errno(rc)))}
+			if rc := C.octo_post_send(q.qp, &q.sendWRs[0], C.int(n), &q.sendSGEs[0], q.sendScr, q.badIdx); rc != 0 {
+				return &rdma.PostError{Index: base + int(*q.badIdx), Err: fmt.Errorf("verbs: post send: %w", mapPostErrno(syscall.Errno(rc)))}
 			}
 		}
 		if bad != nil {
@@ -411,9 +414,9 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 			n++
 		}
 		if n > 0 {
-			var badIdx C.int
-			if rc := C.octo_post_recv(q.qp, &q.recvWRs[0], C.int(n), &q.recvSGEs[0], q.recvScr, &badIdx); rc != 0 {
-				return &rdma.PostError{Index: base + int(badIdx), Err: fmt.Errorf("verbs: post receive: %w", mapPostErrno(syscall.Errno(rc)))}
+			bad := (*C.int)(unsafe.Add(unsafe.Pointer(q.badIdx), C.sizeof_int)) // recvMu's own slot
+			if rc := C.octo_post_recv(q.qp, &q.recvWRs[0], C.int(n), &q.recvSGEs[0], q.recvScr, bad); rc != 0 {
+				return &rdma.PostError{Index: base + int(*bad), Err: fmt.Errorf("verbs: post receive: %w", mapPostErrno(syscall.Errno(rc)))}
 			}
 		}
 		if bad != nil {
@@ -463,6 +466,7 @@ func (q *qp) Close() error {
 	C.free(unsafe.Pointer(&q.recvWRs[0]))
 	C.free(unsafe.Pointer(&q.recvSGEs[0]))
 	C.free(unsafe.Pointer(q.recvScr))
+	C.free(unsafe.Pointer(q.badIdx))
 	q.scq.unref()
 	q.rcq.unref()
 	q.dev.removeQP(q)
