@@ -46,6 +46,7 @@ var steps = []step{
 	{"rxe", "each guest has an active rxe0 and reaches its peers over it", stepRXE},
 	{"conformance", "rdma conformance suite and the provider's own tests, verbs provider on rxe0 (vm1)", stepConformance},
 	{"devdax", "register an emulated NVDIMM (devdax) as an RDMA region (vm1)", stepDevDax},
+	{"fsdax", "an fsdax mapping cannot be registered (vm2's NVDIMM, ext4 -o dax)", stepFsDax},
 	{"perftest", "perftest baseline between vm1 and vm2", stepPerftest},
 	{"bench", "octoctl bench rdma --provider verbs between vm1 and vm2, beside perftest", stepBench},
 }
@@ -313,8 +314,10 @@ func startCluster(ctx context.Context, bc bootConfig, n int, direct bool, procs 
 			MAC: fmt.Sprintf("52:54:00:0a:00:%02x", i+1),
 		}
 	}
-	// vm1 carries an emulated NVDIMM as devdax, for the devdax step.
+	// vm1 carries an emulated NVDIMM as devdax, vm2 one as fsdax, for the
+	// devdax and fsdax steps.
 	specs[0].Pmem, specs[0].PmemSize = "devdax", 256<<20
+	specs[1].Pmem, specs[1].PmemSize = "fsdax", 256<<20
 	c.vms = make([]*vm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -34,7 +34,7 @@ programs=(
 modules=(
 	virtio_pci virtio_net virtio_console 9p 9pnet_virtio
 	crc32_generic crc32-pclmul ib_core ib_uverbs rdma_rxe
-	nfit libnvdimm nd_pmem nd_btt dax_pmem device_dax ext4
+	nfit libnvdimm nd_pmem nd_btt dax_pmem device_dax ext4 crc32c_generic crc32c-intel
 )
 
 if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then

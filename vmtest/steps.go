@@ -125,7 +125,7 @@ func stepConformance(ctx context.Context, c *cluster, r *report) error {
 	// The suite and the provider's own tests (GID choice, allocation-free
 	// hot path); the devdax test has its own step.
 	out, runErr := v.run(ctx, 7*time.Minute, []string{"OCTOFS_VERBS_DEVICE=rxe0"},
-		"/mnt/host/bin/verbs.test", "-test.v", "-test.skip", "^TestDevDaxRegion$", "-test.timeout", "6m")
+		"/mnt/host/bin/verbs.test", "-test.v", "-test.skip", "^(TestDevDaxRegion|TestFsDaxRefused)$", "-test.timeout", "6m")
 	logPath := filepath.Join(c.runDir(), "conformance.log")
 	os.WriteFile(logPath, []byte(out), 0o644)
 	tests := leaves(parseGoTestV(out))
@@ -183,6 +183,37 @@ func stepDevDax(ctx context.Context, c *cluster, r *report) error {
 		return fmt.Errorf("%v\n%s", err, tailString(out, 20))
 	}
 	r.pass("devdax", "an emulated NVDIMM as /dev/dax0.0 registered with rxe0 and written and read over RDMA")
+	return nil
+}
+
+func stepFsDax(ctx context.Context, c *cluster, r *report) error {
+	v := c.vms[1]
+	// busybox's mke2fs makes ext2 with 4 KiB blocks, which the kernel's
+	// ext4 driver mounts with DAX; ext4 wants crc32c, a soft dependency
+	// busybox's modprobe does not follow.
+	out, err := v.run(ctx, time.Minute, nil, "sh", "-c", `set -e
+		modprobe crc32c_generic
+		mke2fs -q -b 4096 /dev/pmem0
+		mkdir -p /mnt/pmem
+		mount -t ext4 -o dax /dev/pmem0 /mnt/pmem
+		dd if=/dev/zero of=/mnt/pmem/region bs=1M count=2 2>/dev/null
+		grep pmem0 /proc/mounts`)
+	if err != nil {
+		return fmt.Errorf("make an fsdax file: %v\n%s", err, out)
+	}
+	out, err = v.run(ctx, 2*time.Minute, []string{"OCTOFS_VERBS_DEVICE=rxe0", "OCTOFS_VERBS_FSDAX=/mnt/pmem/region"},
+		"/mnt/host/bin/verbs.test", "-test.v", "-test.run", "^TestFsDaxRefused$")
+	res := leaves(parseGoTestV(out))
+	if err != nil || len(res) != 1 || res[0].status != "PASS" {
+		return fmt.Errorf("%v\n%s", err, tailString(out, 20))
+	}
+	detail := "registering an fsdax mapping is refused"
+	for _, l := range res[0].log {
+		if i := strings.Index(l, "refused as expected: "); i >= 0 {
+			detail += ": " + l[i+len("refused as expected: "):]
+		}
+	}
+	r.pass("fsdax", detail)
 	return nil
 }
 

@@ -3,6 +3,7 @@
 package verbs_test
 
 import (
+	"errors"
 	"os"
 	"testing"
 
@@ -61,4 +62,49 @@ func TestDevDaxRegion(t *testing.T) {
 		SGL: []rdma.SGE{client.SGE(n, n)}, RemoteAddr: pmem.Addr(off), RKey: mr.RKey()})
 	rdmatest.CheckOK(t, "READ from devdax", rdmatest.WaitOne(t, pr.A.SendCQ), 2, rdma.WCRead)
 	rdmatest.CheckBytes(t, "READ from devdax", client.Buf[n:2*n], mem[off:off+n])
+}
+
+// TestFsDaxRefused checks the limit that makes octofs export devdax: a
+// mapping of a file on a DAX file system (fsdax) cannot be registered,
+// because Linux refuses long-term pins of its pages. OCTOFS_VERBS_FSDAX
+// names such a file; make vm-test makes one on an emulated NVDIMM.
+func TestFsDaxRefused(t *testing.T) {
+	path := os.Getenv("OCTOFS_VERBS_FSDAX")
+	if path == "" {
+		t.Skip("OCTOFS_VERBS_FSDAX does not name a file on a DAX file system (make vm-test sets it)")
+	}
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_BASIC_STATS, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Attributes&unix.STATX_ATTR_DAX == 0 {
+		t.Fatalf("%s is not accessed through DAX (statx has no STATX_ATTR_DAX): the test proves nothing", path)
+	}
+	dev := openOrSkip(t)
+	t.Cleanup(func() { dev.Close() })
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 2 << 20
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap %s: %v", path, err)
+	}
+	defer unix.Munmap(mem)
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Close() })
+	mr, err := pd.RegMR(mem, rdma.AccessAll)
+	if err == nil {
+		mr.Dereg()
+		t.Fatalf("registering an fsdax mapping succeeded; this kernel pins fsdax pages, so docs/rdma-verbs.md is out of date")
+	}
+	if !errors.Is(err, rdma.ErrInvalid) {
+		t.Fatalf("RegMR(fsdax) = %v, want an error wrapping rdma.ErrInvalid", err)
+	}
+	t.Logf("RegMR(fsdax mapping) refused as expected: %v", err)
 }
