@@ -452,6 +452,15 @@ func TestFailureDetectionAndWatch(t *testing.T) {
 	require.Equal(t, StateUp, i.State)
 	t.Logf("%s restarted; watcher saw it up after %v", id, time.Since(restart).Round(time.Millisecond))
 	tc.waitFor("all converge", func() bool { return tc.converged(3) })
+
+	// Latency of a change to reach the remote watcher.
+	since := rm.Current().Epoch
+	changed := time.Now()
+	_, err = tc.client(n1, n1.Token()).Drain(ctx, id)
+	require.NoError(t, err)
+	m, err = rm.Watch(ctx, since)
+	require.NoError(t, err)
+	t.Logf("drain of %s: remote watcher had epoch %d %v after the request was sent", id, m.Epoch, time.Since(changed).Round(time.Microsecond))
 }
 
 func TestFollowerForwardsWritesAndHints(t *testing.T) {
