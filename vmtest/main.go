@@ -61,6 +61,14 @@ func main() {
 		link     = flag.String("link", "auto", "how guests are linked: hub (an L2 hub in the harness), direct (two guests, one NIC listening for the other), auto (direct for two guests)")
 		deadline = flag.Duration("timeout", 9*time.Minute, "bound on the whole run")
 	)
+	flag.Func("exec", "`vmN:command` to run in a guest after the steps, its output printed (repeatable; for debugging)", func(s string) error {
+		name, cmd, ok := strings.Cut(s, ":")
+		if !ok || !strings.HasPrefix(name, "vm") {
+			return fmt.Errorf("want vmN:command, got %q", s)
+		}
+		execs = append(execs, execCmd{name, cmd})
+		return nil
+	})
 	flag.Parse()
 	os.Exit(run(*work, *nvms, *only, *mtu, *keep, *link, *deadline))
 }
@@ -195,11 +203,41 @@ func run(work string, nvms int, only string, mtu int, keep bool, link string, de
 		}
 		fmt.Printf("   (%s took %.0fs)\n", s.name, time.Since(t).Seconds())
 	}
+	for _, e := range execs {
+		v := c.vm(e.vm)
+		if v == nil {
+			r.fail("exec", "no guest "+e.vm)
+			continue
+		}
+		fmt.Printf("== exec %s: %s\n", e.vm, e.cmd)
+		out, err := v.run(ctx, 5*time.Minute, nil, "sh", "-c", e.cmd)
+		fmt.Print(out)
+		if err != nil {
+			r.fail("exec "+e.vm, err.Error())
+		} else {
+			r.pass("exec "+e.vm, e.cmd)
+		}
+	}
 	if keep {
 		fmt.Println("vmtest: guests kept running; attach with: socat STDIO,raw,echo=0 UNIX-CONNECT:" + filepath.Join(runDir, "vm1-console.sock") + "   (Ctrl-C here stops them)")
 		<-ctx.Done()
 	}
 	return 0
+}
+
+// execCmd is a -exec command: run cmd in guest vm after the steps.
+type execCmd struct{ vm, cmd string }
+
+var execs []execCmd
+
+// vm returns the guest called name, or nil.
+func (c *cluster) vm(name string) *vm {
+	for _, v := range c.vms {
+		if v != nil && v.spec.Name == name {
+			return v
+		}
+	}
+	return nil
 }
 
 // repoRoot is the module root: the harness runs from anywhere inside it.
