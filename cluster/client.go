@@ -159,22 +159,38 @@ func (c *AdminClient) doOne(ctx context.Context, method, u string, body []byte, 
 		return fmt.Errorf("%w (%s: %v)", ErrUnreachable, u, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
 		return fmt.Errorf("%w (%s: %v)", ErrUnreachable, u, err)
 	}
-	if resp.StatusCode/100 != 2 {
+	err = DecodeResponse(resp.StatusCode, b, out)
+	if errors.Is(err, ErrMalformed) {
+		return fmt.Errorf("%s: %w", u, err)
+	}
+	return err
+}
+
+// maxResponseBytes bounds admin API responses.
+const maxResponseBytes = 16 << 20
+
+// DecodeResponse turns an admin API answer into out (2xx) or into the error
+// it carries. A map in the answer is validated before it is believed.
+func DecodeResponse(status int, body []byte, out any) error {
+	if status/100 != 2 {
 		var e apiError
-		if json.Unmarshal(b, &e) != nil || e.Code == "" {
-			return fmt.Errorf("cluster: %s answered %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
+		if json.Unmarshal(body, &e) != nil || e.Code == "" {
+			return fmt.Errorf("%w: answer %d: %.200s", ErrMalformed, status, strings.TrimSpace(string(body)))
 		}
-		return fromAPIError(resp.StatusCode, e)
+		return fromAPIError(status, e)
 	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%w: response from %s: %v", ErrMalformed, u, err)
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%w: response: %v", ErrMalformed, err)
+	}
+	if m, ok := out.(*Map); ok {
+		return m.Validate()
 	}
 	return nil
 }

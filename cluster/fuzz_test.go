@@ -80,3 +80,24 @@ func FuzzDecodeRequest(f *testing.F) {
 		_ = DecodeRequest(bytes.NewReader(b), &s)
 	})
 }
+
+func FuzzDecodeResponse(f *testing.F) {
+	m, _ := EncodeSnapshot(&Map{ClusterID: "c", Epoch: 2, Nodes: []NodeInfo{{ID: "a", State: StateUp}}, Partitions: []NodeID{"a"}})
+	f.Add(200, m)
+	f.Add(200, []byte(`{"cluster_id":"c","epoch":1,"nodes":[{"id":"a","state":"up"}],"partitions":["a","a"]}`))
+	f.Add(401, []byte(`{"error":"no","code":"unauthorized"}`))
+	f.Add(421, []byte(`{"error":"x","code":"not_leader","leader_id":"b","leader_addr":"127.0.0.1:1"}`))
+	f.Add(500, []byte(`oops`))
+	f.Fuzz(func(t *testing.T, status int, b []byte) {
+		var m Map
+		if err := DecodeResponse(status, b, &m); err == nil && status/100 == 2 {
+			if verr := m.Validate(); verr != nil {
+				t.Fatalf("accepted an invalid map: %v", verr)
+			}
+		}
+		var s Status
+		_ = DecodeResponse(status, b, &s)
+		var n NodesResponse
+		_ = DecodeResponse(status, b, &n)
+	})
+}
