@@ -169,6 +169,10 @@ func (c *cq) Wait(ctx context.Context, wc []rdma.WorkCompletion) (int, error) {
 		}
 		switch {
 		case err == nil:
+		case c.isClosed():
+			// Close closed the file under us (RawConn reports that as
+			// poll's "use of closed file", not os.ErrClosed).
+			return 0, rdma.ErrClosed
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			// A wake-up left over from an earlier Wait's context.
 			c.file.SetReadDeadline(time.Time{})
@@ -195,8 +199,9 @@ func (c *cq) Close() error {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	c.file.Close()          // wakes a parked Wait
-	c.waitSem <- struct{}{} // and waits for it to leave
+	c.file.Close()                 // wakes a parked Wait
+	c.waitSem <- struct{}{}        // and waits for it to leave
+	defer func() { <-c.waitSem }() // later Waits find the CQ closed
 	c.dev.removeCQ(c)
 	return c.destroy()
 }
@@ -213,6 +218,12 @@ func (c *cq) destroy() error {
 	C.free(unsafe.Pointer(c.scratch))
 	C.free(unsafe.Pointer(&c.out[0]))
 	return err
+}
+
+func (c *cq) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // ref and unref count the queue pairs that use the CQ.
