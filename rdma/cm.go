@@ -24,8 +24,10 @@ type ConnParams struct {
 	Access Access
 	// Timeout, RetryCount, RNRRetry and MinRNRTimer are the QP's
 	// transport retry attributes (see QPAttr). Zero values pick defaults:
-	// Timeout 14 (~67 ms), RetryCount 7, RNRRetry 7 (forever),
-	// MinRNRTimer 12 (0.64 ms).
+	// Timeout 17 (~0.54 s, so a peer that stops answering is declared
+	// dead after ~4.3 s with 7 retries; a peer whose connection breaks
+	// fails at once), RetryCount 7, RNRRetry 7 (forever), MinRNRTimer 12
+	// (0.64 ms).
 	Timeout     uint8
 	RetryCount  uint8
 	RNRRetry    uint8
@@ -41,7 +43,7 @@ type ConnParams struct {
 
 // Default transport attributes for connections made by Dial and Accept.
 const (
-	DefaultTimeout     = 14
+	DefaultTimeout     = 17
 	DefaultRetryCount  = 7
 	DefaultRNRRetry    = 7
 	DefaultMinRNRTimer = RNRTimer(12)

@@ -523,7 +523,8 @@ func (q *qp) checkTimeout() {
 	}
 	idle := time.Since(q.lastProgress)
 	if idle >= q.budget {
-		q.dev.log.Debug("transport timeout", "qpn", q.qpn, "idle", idle)
+		q.dev.log.Warn("transport timeout: no response from the peer", "qpn", q.qpn, "peer", q.remote.Addr, "peer_qpn", q.remote.QPN,
+			"idle", idle, "outstanding", q.sqNext-q.sqHead, "queued", q.sqTail-q.sqNext, "rnr_paused", q.rnrPaused)
 		q.failLocked(rdma.WCRetryExcErr)
 		return
 	}
