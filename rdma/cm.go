@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -69,13 +70,55 @@ func (p *ConnParams) withDefaults() ConnParams {
 	return q
 }
 
-// Conn is an established RC connection.
+// Conn is an established RC connection. Its out-of-band TCP connection
+// stays open for the connection's life, as rdma_cm's does, so that each
+// side learns when the other closes or goes away: Done.
 type Conn struct {
 	QP QP
 	// Remote is the peer queue pair's endpoint.
 	Remote Endpoint
 	// PrivateData is what the peer sent with its request or reply.
 	PrivateData []byte
+
+	ctrl net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+// Keepalive of the out-of-band connection: a peer whose host vanishes is
+// noticed within about idle + count × interval.
+const (
+	cmKeepaliveIdle     = 10 * time.Second
+	cmKeepaliveInterval = 5 * time.Second
+	cmKeepaliveCount    = 3
+)
+
+func newConn(qp QP, remote Endpoint, private []byte, ctrl net.Conn) *Conn {
+	c := &Conn{QP: qp, Remote: remote, PrivateData: private, ctrl: ctrl, done: make(chan struct{})}
+	ctrl.SetDeadline(time.Time{})
+	if tc, ok := ctrl.(*net.TCPConn); ok {
+		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: cmKeepaliveIdle, Interval: cmKeepaliveInterval, Count: cmKeepaliveCount})
+	}
+	go func() {
+		// Nothing more is sent on the connection: any result of a
+		// read means the peer closed, died, or Close was called.
+		var b [1]byte
+		ctrl.Read(b[:])
+		c.once.Do(func() { close(c.done) })
+	}()
+	return c
+}
+
+// Done is closed when the peer closes its Conn or becomes unreachable, or
+// Close is called. The queue pair is not destroyed by it: the owner
+// decides, typically by calling Close.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Close destroys the queue pair and tells the peer, whose Done closes.
+func (c *Conn) Close() error {
+	c.ctrl.Close()
+	c.once.Do(func() { close(c.done) })
+	return c.QP.Close()
 }
 
 // Dial connects to a Listener at addr: it creates a queue pair in pd,
@@ -107,10 +150,18 @@ func dial(ctx context.Context, qp QP, addr string, p ConnParams) (*Conn, error) 
 	if err != nil {
 		return nil, fmt.Errorf("rdma: connect to %s: %w", addr, err)
 	}
-	defer nc.Close()
 	stop := closeOnDone(ctx, nc)
 	defer stop()
+	conn, err := dialExchange(ctx, nc, qp, addr, p)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return conn, nil
+}
 
+// dialExchange is the requester's side of the out-of-band exchange on nc.
+func dialExchange(ctx context.Context, nc net.Conn, qp QP, addr string, p ConnParams) (*Conn, error) {
 	if err := writeCMMsg(nc, &cmMsg{Kind: cmRequest, Endpoint: qp.Endpoint(), PrivateData: p.PrivateData}); err != nil {
 		return nil, ctxErr(ctx, fmt.Errorf("rdma: connect to %s: %w", addr, err))
 	}
@@ -140,7 +191,7 @@ func dial(ctx context.Context, qp QP, addr string, p ConnParams) (*Conn, error) 
 	if done.Kind != cmReady {
 		return nil, fmt.Errorf("%w: connect to %s: expected ready, got kind %d", ErrProtocol, addr, done.Kind)
 	}
-	return &Conn{QP: qp, Remote: reply.Endpoint, PrivateData: reply.PrivateData}, nil
+	return newConn(qp, reply.Endpoint, reply.PrivateData, nc), nil
 }
 
 // initQP moves a new queue pair to Init and runs the caller's Setup.
@@ -239,8 +290,12 @@ const cmHandshakeTimeout = 10 * time.Second
 
 // Accept creates a queue pair with p, connects it to the requester and
 // returns once both sides are in RTS.
-func (r *ConnRequest) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
-	defer r.nc.Close()
+func (r *ConnRequest) Accept(ctx context.Context, p ConnParams) (conn *Conn, err error) {
+	defer func() {
+		if err != nil {
+			r.nc.Close()
+		}
+	}()
 	p = p.withDefaults()
 	if len(p.PrivateData) > MaxPrivateData {
 		return nil, fmt.Errorf("%w: %d bytes of private data, at most %d", ErrInvalid, len(p.PrivateData), MaxPrivateData)
@@ -252,7 +307,7 @@ func (r *ConnRequest) Accept(ctx context.Context, p ConnParams) (*Conn, error) {
 		writeCMMsg(r.nc, &cmMsg{Kind: cmReject, PrivateData: []byte(err.Error())})
 		return nil, err
 	}
-	conn, err := r.accept(ctx, qp, p)
+	conn, err = r.accept(ctx, qp, p)
 	if err != nil {
 		qp.Close()
 		return nil, err
@@ -282,7 +337,7 @@ func (r *ConnRequest) accept(ctx context.Context, qp QP, p ConnParams) (*Conn, e
 	if err := writeCMMsg(r.nc, &cmMsg{Kind: cmReady}); err != nil {
 		return nil, ctxErr(ctx, fmt.Errorf("rdma: accept: %w", err))
 	}
-	return &Conn{QP: qp, Remote: r.Remote, PrivateData: r.PrivateData}, nil
+	return newConn(qp, r.Remote, r.PrivateData, r.nc), nil
 }
 
 // Reject refuses the request; reason reaches the requester's error.

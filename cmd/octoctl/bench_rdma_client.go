@@ -31,6 +31,7 @@ type benchClient struct {
 
 // benchConn is one test's RDMA connection.
 type benchConn struct {
+	conn   *rdma.Conn
 	qp     rdma.QP
 	cq     rdma.CQ
 	mr     rdma.MR
@@ -39,7 +40,7 @@ type benchConn struct {
 }
 
 func (c *benchConn) close() {
-	c.qp.Close()
+	c.conn.Close()
 	c.cq.Close()
 	c.mr.Dereg()
 	rdma.FreeBuffer(c.buf)
@@ -82,7 +83,7 @@ func (c *benchClient) dial(ctx context.Context, test string, size, depth, slots,
 		rdma.FreeBuffer(buf)
 		return nil, fmt.Errorf("connect to the bench server at %s: %w", c.server, err)
 	}
-	bc := &benchConn{qp: conn.QP, cq: cq, mr: mr, buf: buf}
+	bc := &benchConn{conn: conn, qp: conn.QP, cq: cq, mr: mr, buf: buf}
 	if err := json.Unmarshal(conn.PrivateData, &bc.remote); err != nil {
 		bc.close()
 		return nil, fmt.Errorf("bench server's reply: %w", err)

@@ -285,8 +285,8 @@ func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
 	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	qp := conn.QP
-	defer qp.Close()
 
 	replyWR := []rdma.SendWR{{Opcode: rdma.OpSend, Flags: rdma.SendSignaled,
 		SGL: []rdma.SGE{{Addr: mr.Addr() + uint64(replyOff), Length: uint32(br.Size), LKey: mr.LKey()}}}}

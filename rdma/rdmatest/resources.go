@@ -279,13 +279,13 @@ func testConnectionManager(t *testing.T, p Provider) {
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	t.Cleanup(func() { ca.QP.Close() })
+	t.Cleanup(func() { ca.Close() })
 	r := <-accepted
 	if r.err != nil {
 		t.Fatalf("Accept: %v", r.err)
 	}
 	cb := r.conn
-	t.Cleanup(func() { cb.QP.Close() })
+	t.Cleanup(func() { cb.Close() })
 
 	if string(ca.PrivateData) != "from listener" || string(cb.PrivateData) != "from dialer" {
 		t.Errorf("private data: dialer got %q, listener got %q", ca.PrivateData, cb.PrivateData)
@@ -314,4 +314,19 @@ func testConnectionManager(t *testing.T, p Provider) {
 		SGL: []rdma.SGE{nb.SGE(1000, 100)}, RemoteAddr: na.Addr(1000), RKey: na.MR.RKey()})
 	CheckOK(t, "listener WRITE", WaitOne(t, cfgB.SendCQ), 3, rdma.WCWrite)
 	CheckBytes(t, "written data", na.Buf[1000:1100], nb.Buf[1000:1100])
+
+	// Closing one side is seen by the other, as rdma_cm's DISCONNECTED.
+	select {
+	case <-cb.Done():
+		t.Fatal("listener's Conn is done before anyone closed")
+	default:
+	}
+	if err := ca.Close(); err != nil {
+		t.Errorf("dialer Close: %v", err)
+	}
+	select {
+	case <-cb.Done():
+	case <-time.After(DefaultWaitTimeout):
+		t.Errorf("listener's Conn not done %v after the dialer closed", DefaultWaitTimeout)
+	}
 }

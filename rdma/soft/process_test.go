@@ -93,7 +93,7 @@ func TestPeerProcessKilled(t *testing.T) {
 	// loss, not from a timer.
 	conn, err := rdma.Dial(ctx, pd, addr, rdma.ConnParams{QP: rdma.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: 512}, Timeout: 0})
 	require.NoError(t, err)
-	defer conn.QP.Close()
+	defer conn.Close()
 	for lines.Scan() && !strings.HasPrefix(lines.Text(), "CONNECTED") {
 	}
 

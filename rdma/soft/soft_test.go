@@ -60,9 +60,11 @@ func newPair(t testing.TB) *pair {
 	}()
 	c, err := rdma.Dial(ctx, pdA, ln.Addr().String(), rdma.ConnParams{QP: rdma.QPConfig{SendCQ: p.cqA, RecvCQ: p.cqA}})
 	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
 	p.qpA = c.QP
 	cb := <-accepted
 	require.NotNil(t, cb)
+	t.Cleanup(func() { cb.Close() })
 	p.qpB = cb.QP
 	return p
 }
