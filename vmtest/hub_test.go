@@ -37,6 +37,25 @@ func readFrame(t *testing.T, c net.Conn) []byte {
 	return f
 }
 
+// waitPorts waits until the hub has accepted n ports: a frame sent
+// before a port is registered is not flooded to it.
+func waitPorts(t *testing.T, h *hub, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.mu.Lock()
+		got := len(h.ports)
+		h.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hub has %d ports after 5s, want %d", got, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // expectSilence fails if c receives anything within a short window.
 func expectSilence(t *testing.T, c net.Conn, what string) {
 	t.Helper()
@@ -62,6 +81,7 @@ func TestHubForwardsLikeASwitch(t *testing.T) {
 		defer c.Close()
 		ports[i] = c
 	}
+	waitPorts(t, h, len(ports))
 	// Unknown destination and broadcast flood to every other port; the
 	// sender never gets its own frame back.
 	if _, err := ports[0].Write(frame(0xff, 1, "arp who-has")); err != nil {
