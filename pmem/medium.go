@@ -77,12 +77,18 @@ type MediumInfo struct {
 	Domain      Domain      `json:"domain"`
 	Instruction Instruction `json:"instruction"`
 	Path        string      `json:"path,omitempty"`
+	// CopyOnWrite means the mapping is private (an offline check): no
+	// store reaches the medium, whatever its persistence domain.
+	CopyOnWrite bool `json:"copy_on_write,omitempty"`
 }
 
 func (i MediumInfo) String() string {
 	p := i.Path
 	if p == "" {
 		p = "(memory)"
+	}
+	if i.CopyOnWrite {
+		return fmt.Sprintf("%s %s, mapped copy-on-write: nothing is written to it", i.Mode, p)
 	}
 	return fmt.Sprintf("%s %s, persistence domain %s, flush with %s", i.Mode, p, i.Domain, i.Instruction)
 }

@@ -163,7 +163,7 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 		f:       f,
 		buf:     buf,
 		private: opts.Private,
-		info:    MediumInfo{Mode: mode, Domain: dom, Instruction: instr, Path: path},
+		info:    MediumInfo{Mode: mode, Domain: dom, Instruction: instr, Path: path, CopyOnWrite: opts.Private},
 	}, nil
 }
 

@@ -6,8 +6,9 @@
 # DEMO_PORT (first port tried, 17400), DEMO_TIMEOUT (seconds to form, 60),
 # DEMO_KEEP=1 keeps the cluster running until Ctrl-C.
 #
-# Later layers extend node_args (storage flags: pmem region, RDMA address)
-# and add steps after the cluster is up (e.g. a FUSE mount) in demo_steps.
+# Each node gets a file-backed pmem region exported over the soft RDMA
+# provider; demo_steps shows the data path. Later layers add steps (e.g. a
+# FUSE mount) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,47 +23,55 @@ OCTOCTL="$BIN/octoctl"
 [ -x "$OCTOFS" ] && [ -x "$OCTOCTL" ] || { echo "demo: build first (make build)" >&2; exit 1; }
 
 pids=()
+# stop_nodes stops every node this script started, by PID: SIGTERM, a
+# bounded wait, then SIGKILL.
+stop_nodes() {
+	[ ${#pids[@]} -gt 0 ] || return 0
+	echo "== stopping ${#pids[@]} node(s): ${pids[*]}"
+	kill -TERM "${pids[@]}" 2>/dev/null || true
+	for _ in $(seq 50); do
+		local alive=0
+		for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		[ $alive = 0 ] && break
+		sleep 0.1
+	done
+	for pid in "${pids[@]}"; do
+		if kill -0 "$pid" 2>/dev/null; then
+			echo "demo: node $pid did not stop on SIGTERM; killing it" >&2
+			kill -KILL "$pid" 2>/dev/null || true
+		fi
+		wait "$pid" 2>/dev/null || true
+	done
+	pids=()
+}
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
-	if [ ${#pids[@]} -gt 0 ]; then
-		echo "== stopping ${#pids[@]} node(s): ${pids[*]}"
-		kill -TERM "${pids[@]}" 2>/dev/null || true
-		# Bounded wait for a clean shutdown, then force.
-		for _ in $(seq 50); do
-			local alive=0
-			for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-			[ $alive = 0 ] && break
-			sleep 0.1
-		done
-		for pid in "${pids[@]}"; do
-			if kill -0 "$pid" 2>/dev/null; then
-				echo "demo: node $pid did not stop on SIGTERM; killing it" >&2
-				kill -KILL "$pid" 2>/dev/null || true
-			fi
-			wait "$pid" 2>/dev/null || true
-		done
-	fi
+	stop_nodes
 	exit $rc
 }
 trap cleanup EXIT INT TERM
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# Each node takes two ports (admin, raft); find 2*NODES free ones.
+# Each node takes three ports (admin, raft, RDMA); find 3*NODES free ones.
 ports=()
 p=$PORT
-while [ ${#ports[@]} -lt $((2 * NODES)) ]; do
+while [ ${#ports[@]} -lt $((3 * NODES)) ]; do
 	[ $p -lt $((PORT + 1000)) ] || { echo "demo: no free ports from $PORT on" >&2; exit 1; }
 	if port_free "$p"; then ports+=("$p"); fi
 	p=$((p + 1))
 done
-admin_addr() { echo "127.0.0.1:${ports[$((2 * ($1 - 1)))]}"; }
-raft_addr() { echo "127.0.0.1:${ports[$((2 * ($1 - 1) + 1))]}"; }
+admin_addr() { echo "127.0.0.1:${ports[$((3 * ($1 - 1)))]}"; }
+raft_addr() { echo "127.0.0.1:${ports[$((3 * ($1 - 1) + 1))]}"; }
+rdma_addr() { echo "127.0.0.1:${ports[$((3 * ($1 - 1) + 2))]}"; }
 
-# node_args I: the flags of node I beyond the control plane's. Storage
-# layers add theirs here (e.g. --pmem-file "$WORK/n$1/pmem").
-node_args() { :; }
+# node_args I: the flags of node I beyond the control plane's: its pmem
+# region (a plain file here; a DAX file or devdax device on real pmem) and
+# where clients reach it over RDMA.
+node_args() {
+	echo --pmem "$WORK/n$1/pmem" --pmem-size $((64 << 20)) --rdma-addr "$(rdma_addr "$1")"
+}
 
 rm -rf "$WORK"
 mkdir -p "$WORK"
@@ -77,7 +86,7 @@ start_node() {
 		--heartbeat-interval 200ms --down-after 2s \
 		"$@" $(node_args "$i") >"$WORK/n$i/log" 2>&1 &
 	pids+=($!)
-	echo "   n$i: pid $!, admin $(admin_addr "$i"), raft $(raft_addr "$i"), log $WORK/n$i/log"
+	echo "   n$i: pid $!, admin $(admin_addr "$i"), raft $(raft_addr "$i"), rdma $(rdma_addr "$i"), log $WORK/n$i/log"
 }
 
 # wait_until SECONDS DESCRIPTION COMMAND...: poll COMMAND until it succeeds.
@@ -122,8 +131,15 @@ echo
 echo "== octoctl nodes"
 "$OCTOCTL" nodes
 
-# demo_steps: what later layers show on the running cluster (mounts, I/O).
-demo_steps() { :; }
+# demo_steps: what the data layers show on the running cluster.
+demo_steps() {
+	echo
+	echo "== octoctl map --token-file (regions and their rkeys)"
+	"$OCTOCTL" map --token-file "$TOKEN_FILE"
+	echo
+	echo "== octoctl probe: one-sided RDMA READs of every node's region from this process"
+	"$OCTOCTL" probe --token-file "$TOKEN_FILE"
+}
 demo_steps
 
 if [ "${DEMO_KEEP:-0}" = 1 ]; then
@@ -131,3 +147,10 @@ if [ "${DEMO_KEEP:-0}" = 1 ]; then
 	echo "cluster running; OCTOFS_ADMIN=$OCTOFS_ADMIN octoctl --token-file $TOKEN_FILE ...; Ctrl-C stops it"
 	wait
 fi
+
+stop_nodes
+echo
+echo "== octoctl fsck: each node's region checked offline after the nodes stopped"
+for i in $(seq "$NODES"); do
+	"$OCTOCTL" fsck --region "$WORK/n$i/pmem"
+done

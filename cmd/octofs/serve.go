@@ -14,10 +14,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/rdma/provider"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -52,10 +54,7 @@ type serveOptions struct {
 	logLevel      string
 	logFormat     string
 
-	// openStorage starts the node's storage side (pmem region, RDMA
-	// endpoint). The pmem/rdma integration replaces the default, which runs
-	// the control plane without storage.
-	openStorage func(ctx context.Context, o *serveOptions, log *slog.Logger) (storageSide, error)
+	storage storageOptions
 }
 
 // storageSide is what the control plane needs from a node's data side: the
@@ -66,19 +65,16 @@ type storageSide interface {
 	Close() error
 }
 
-// noStorage is the storage side of a node started without storage flags.
+// noStorage is the storage side of a node started without --pmem: a
+// control-plane-only member.
 type noStorage struct{}
 
 func (noStorage) RDMAAddr() string                 { return "" }
 func (noStorage) Region() cluster.RegionDescriptor { return cluster.RegionDescriptor{} }
 func (noStorage) Close() error                     { return nil }
 
-func openNoStorage(context.Context, *serveOptions, *slog.Logger) (storageSide, error) {
-	return noStorage{}, nil
-}
-
 func newServeCmd() *cobra.Command {
-	o := &serveOptions{openStorage: openNoStorage}
+	o := &serveOptions{}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a storage node: raft member, cluster map, admin API",
@@ -123,6 +119,13 @@ A three-node cluster on one machine:
 	f.StringVar(&o.tlsCert, "tls-cert", "", "certificate (PEM) for the admin API; with --tls-key enables HTTPS")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) for --tls-cert")
 	f.StringVar(&o.tlsCA, "tls-ca", "", "CA (PEM) to verify other nodes' admin API (default: --tls-cert itself)")
+	f.StringVar(&o.storage.pmemPath, "pmem", "", "the node's persistent-memory region: a devdax device, a file on a DAX file system, or a plain file (created if missing); without it the node is a control-plane-only member")
+	f.Int64Var(&o.storage.pmemSize, "pmem-size", defaultPmemSize, "size in bytes of a region file created by --pmem")
+	f.StringVar(&o.storage.pmemRequire, "pmem-require", "none", "refuse a weaker --pmem backing: none, durable (no tmpfs) or pmem (DAX only)")
+	f.StringVar(&o.storage.rdmaProvider, "rdma-provider", provider.Default, "RDMA provider: "+strings.Join(provider.Names(), ", "))
+	f.StringVar(&o.storage.rdmaAddr, "rdma-addr", defaultRDMAAddr, "where clients connect over RDMA to reach the region (host:port)")
+	f.StringVar(&o.storage.rdmaDevice, "rdma-device", "", "verbs: device name such as rxe0 or mlx5_0 (default: the first active one)")
+	f.StringVar(&o.storage.softAddr, "soft-addr", "", "soft provider: host:port of the software NIC (default: --rdma-addr's host, any port)")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	return cmd
@@ -252,7 +255,16 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	storage, err := o.openStorage(ctx, o, log)
+	// The storage side opens first, since the map records its region; it
+	// learns the token from the node once the node runs.
+	var node atomic.Pointer[cluster.Node]
+	clusterToken := func() string {
+		if n := node.Load(); n != nil {
+			return n.Token()
+		}
+		return ""
+	}
+	storage, err := openPmemStorage(o, clusterToken, log)
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
 	}
@@ -292,14 +304,32 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		raftLn.Close()
 		return err
 	}
-	log.Info("octofs node running", "node", n.ID(), "admin", adminAddr, "raft", raftAddr,
+	node.Store(n)
+	log.Info("octofs node running", "node", n.ID(), "admin", adminAddr, "raft", raftAddr, "rdma", storage.RDMAAddr(),
 		"data_dir", o.dataDir, "token_file", filepath.Join(o.dataDir, cluster.TokenFile))
+	bindCtx, stopBind := context.WithCancel(ctx)
+	defer stopBind()
+	bound := make(chan error, 1)
+	go func() { bound <- bindStorage(bindCtx, n, storage) }()
+	var failure error
 	select {
 	case <-ctx.Done():
 		log.Info("signal received; shutting down")
 	case <-n.Done():
+	case failure = <-bound:
+		if failure != nil {
+			log.Error("refusing to serve", "err", failure)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			log.Info("signal received; shutting down")
+		case <-n.Done():
+		}
 	}
-	failure := n.Err()
+	if failure == nil {
+		failure = n.Err()
+	}
 	if err := n.Close(); err != nil {
 		log.Warn("shutdown", "err", err)
 	}
