@@ -128,6 +128,19 @@ func (g *guardedRegion) checkGuards(t testing.TB) {
 	}
 }
 
+// fuzzDevice opens the device, PD, CQ and guarded region a stream fuzzer
+// shares between its inputs.
+func fuzzDevice(f *testing.F, size int) (*Device, rdma.PD, rdma.CQ, *guardedRegion) {
+	dev, err := Open(rdma.DeviceConfig{})
+	require.NoError(f, err)
+	f.Cleanup(func() { dev.Close() })
+	pd, err := dev.AllocPD()
+	require.NoError(f, err)
+	cq, err := dev.CreateCQ(1 << 16)
+	require.NoError(f, err)
+	return dev, pd, cq, newGuardedRegion(f, pd, size)
+}
+
 // hostileFrames builds a plausible request stream for the seeds of the
 // stream fuzzers: the fuzzer mutates it into hostile ones.
 func hostileFrames(rkey uint32, addr uint64, psn uint32) []byte {
@@ -153,14 +166,7 @@ func FuzzResponderStream(f *testing.F) {
 	f.Add(hostileFrames(0, 0, psn), uint16(0))
 	f.Add(hostileFrames(0, 0, psn), uint16(4090))
 	f.Add([]byte{1, 2, 3}, uint16(1))
-	dev, err := Open(rdma.DeviceConfig{})
-	require.NoError(f, err)
-	defer dev.Close()
-	pd, err := dev.AllocPD()
-	require.NoError(f, err)
-	cq, err := dev.CreateCQ(1 << 16)
-	require.NoError(f, err)
-	region := newGuardedRegion(f, pd, 8192)
+	dev, pd, cq, region := fuzzDevice(f, 8192)
 	f.Fuzz(func(t *testing.T, stream []byte, offset uint16) {
 		// Point the seed frames at the region: the fuzzer mutates the
 		// key and address from there.
@@ -234,14 +240,7 @@ func FuzzRequesterStream(f *testing.F) {
 	f.Add(seed(frameHeader{Type: frameRNRNak, PSN: psn, Code: 1}))
 	f.Add(seed(frameHeader{Type: frameNak, PSN: psn + 1, Code: uint8(nakRemoteAccess)}))
 	f.Add(seed(frameHeader{Type: frameReadResp, PSN: psn + 1, Length: 1 << 20}))
-	dev, err := Open(rdma.DeviceConfig{})
-	require.NoError(f, err)
-	defer dev.Close()
-	pd, err := dev.AllocPD()
-	require.NoError(f, err)
-	cq, err := dev.CreateCQ(1 << 16)
-	require.NoError(f, err)
-	region := newGuardedRegion(f, pd, 4096)
+	dev, pd, cq, region := fuzzDevice(f, 4096)
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		mr := region.mr
 		qi, err := pd.CreateQP(rdma.QPConfig{SendCQ: cq, RecvCQ: cq})
