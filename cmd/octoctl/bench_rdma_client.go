@@ -151,7 +151,12 @@ func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode
 	start := time.Now()
 	warmEnd := start.Add(c.plan.warmup())
 	deadline := warmEnd.Add(c.plan.duration)
+	// Measure for the duration, and on until a few rounds of the queue
+	// completed, so that a starved machine still yields a figure; the
+	// rate is over the time actually measured.
+	minCounted := int64(2 * depth)
 	var counted int64
+	var lastCounted time.Time
 	for outstanding > 0 {
 		n, err := pollCQ(ctx, bc.cq, wcs, c.plan.poll)
 		if err != nil {
@@ -166,10 +171,12 @@ func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode
 				return bwResult{}, fmt.Errorf("%v %s: %w", op, humanBytes(size), wc.Err())
 			}
 			outstanding--
-			if now.After(warmEnd) && !now.After(deadline) {
+			measuring := !now.After(deadline) || counted < minCounted
+			if now.After(warmEnd) && measuring {
 				counted++
+				lastCounted = now
 			}
-			if now.Before(deadline) {
+			if measuring {
 				reposts = append(reposts, wrs[wc.ID])
 			}
 		}
@@ -184,12 +191,20 @@ func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode
 	if err := c.finish(ctx, bc); err != nil {
 		return bwResult{}, err
 	}
-	secs := c.plan.duration.Seconds()
+	secs := lastCounted.Sub(warmEnd).Seconds()
+	if counted == 0 || secs <= 0 {
+		return bwResult{}, fmt.Errorf("%v %s: no completion measured", op, humanBytes(size))
+	}
 	return bwResult{bytesPerSec: float64(counted) * float64(size) / secs, msgsPerSec: float64(counted) / secs}, nil
 }
 
+// minLatencySamples is how many round trips a latency test takes at the
+// least, however long that takes on a starved machine.
+const minLatencySamples = 20
+
 // latency issues one 8-byte request of op at a time for the plan's
-// duration and returns every round trip. For SEND it is a ping-pong: the
+// duration (and at least minLatencySamples times) and returns every round
+// trip. For SEND it is a ping-pong: the
 // server answers each message with one of the same size.
 func (c *benchClient) latency(ctx context.Context, test string, op rdma.Opcode, size int) ([]time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.plan.testTimeout())
@@ -221,7 +236,7 @@ func (c *benchClient) latency(ctx context.Context, test string, op rdma.Opcode, 
 			}
 		}
 		t0 := time.Now()
-		if t0.After(deadline) {
+		if t0.After(deadline) && len(samples) >= minLatencySamples {
 			break
 		}
 		if err := bc.qp.PostSend(wr); err != nil {

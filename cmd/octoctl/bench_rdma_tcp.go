@@ -128,8 +128,8 @@ func tcpStream(ctx context.Context, addr string, size int, d time.Duration) (flo
 	return float64(sent) / el.Seconds(), nil
 }
 
-// tcpPingPong sends size bytes and waits for them back, for d, and
-// returns every round trip.
+// tcpPingPong sends size bytes and waits for them back, for d (and at
+// least minLatencySamples times), and returns every round trip.
 func tcpPingPong(ctx context.Context, addr string, size int, warm, d time.Duration) ([]time.Duration, error) {
 	c, err := dialTCPBench(ctx, addr, tcpBenchRequest{Mode: "pingpong", Size: size})
 	if err != nil {
@@ -144,7 +144,7 @@ func tcpPingPong(ctx context.Context, addr string, size int, warm, d time.Durati
 	warmEnd, deadline := start.Add(warm), start.Add(warm+d)
 	for {
 		t0 := time.Now()
-		if t0.After(deadline) {
+		if t0.After(deadline) && len(samples) >= minLatencySamples {
 			break
 		}
 		if _, err := c.Write(buf); err != nil {

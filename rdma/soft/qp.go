@@ -196,7 +196,11 @@ func (q *qp) Endpoint() rdma.Endpoint {
 // machine: Reset→Init→RTR→RTS, Init→Init, RTS→RTS, anything→Err or Reset.
 func (q *qp) Modify(attr rdma.QPAttr) error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	var parting *responder
+	defer func() {
+		q.mu.Unlock()
+		parting.part()
+	}()
 	if q.destroyed {
 		return rdma.ErrClosed
 	}
@@ -206,7 +210,7 @@ func (q *qp) Modify(attr rdma.QPAttr) error {
 	}
 	switch to {
 	case rdma.QPSReset:
-		q.resetLocked()
+		parting = q.resetLocked()
 	case rdma.QPSInit:
 		if from != rdma.QPSReset && from != rdma.QPSInit {
 			return bad()
@@ -258,9 +262,10 @@ func (q *qp) Close() error {
 		q.mu.Unlock()
 		return nil
 	}
-	q.resetLocked()
+	parting := q.resetLocked()
 	q.destroyed = true
 	q.mu.Unlock()
+	parting.part()
 	q.dev.mu.Lock()
 	delete(q.dev.qps, q.qpn)
 	q.dev.mu.Unlock()
@@ -270,9 +275,12 @@ func (q *qp) Close() error {
 }
 
 // resetLocked returns to Reset: queues emptied without completions,
-// connections closed, sender stopped.
-func (q *qp) resetLocked() {
+// connections closed, sender stopped. The responder it returns must be
+// parted with (responder.part) once the lock is released.
+func (q *qp) resetLocked() *responder {
 	q.state = rdma.QPSReset
+	parting := q.resp
+	q.resp = nil
 	q.stopTransportLocked()
 	q.sqHead, q.sqNext, q.sqTail = 0, 0, 0
 	q.rqHead, q.rqTail = 0, 0
@@ -280,6 +288,7 @@ func (q *qp) resetLocked() {
 	q.rdAtomicInFlight = 0
 	q.rnrPaused = false
 	q.txStopped = false
+	return parting
 }
 
 // stopTransportLocked closes both connections and stops the sender and

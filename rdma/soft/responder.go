@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/octofs/octofs/rdma"
@@ -19,11 +21,14 @@ type responder struct {
 	q  *qp
 	c  *wireConn
 	br *bufio.Reader
-	bw *bufio.Writer
 
 	ePSN    uint32 // the next request's PSN
 	rnrWait bool   // an RNR NAK was sent: drop requests until ePSN returns
 
+	// wmu guards the response stream, so that part can send the last
+	// acknowledgement from another goroutine.
+	wmu        sync.Mutex
+	bw         *bufio.Writer
 	ackPending bool
 	ackPSN     uint32
 
@@ -109,7 +114,33 @@ func (r *responder) run() {
 	}
 }
 
+// part ends the responder when its queue pair is destroyed or reset:
+// requests it executed are acknowledged first, so that a peer whose SEND
+// completed here does not see it fail because the receiver closed at once
+// (a NIC acknowledges on its own; the soft provider defers ACKs to batch
+// them). It is a no-op on a nil responder.
+func (r *responder) part() {
+	if r == nil {
+		return
+	}
+	r.c.SetWriteDeadline(time.Now().Add(partTimeout))
+	r.wmu.Lock()
+	r.flushLocked()
+	r.wmu.Unlock()
+	r.c.Close()
+}
+
+// partTimeout bounds the last acknowledgement to a peer that stopped
+// reading.
+const partTimeout = time.Second
+
 func (r *responder) flush() error {
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	return r.flushLocked()
+}
+
+func (r *responder) flushLocked() error {
 	if r.ackPending {
 		r.writeHeader(frameHeader{Type: frameAck, PSN: r.ackPSN})
 		r.ackPending = false
@@ -121,17 +152,29 @@ func (r *responder) flush() error {
 	return r.bw.Flush()
 }
 
+// writeHeader buffers a response header; the caller holds wmu.
 func (r *responder) writeHeader(h frameHeader) {
 	var b [frameHeaderSize]byte
 	h.encode(b[:])
 	r.bw.Write(b[:])
 }
 
-// done records that the request at h.PSN executed.
+// done records that the request at h.PSN executed; with ack, it is to be
+// acknowledged (a READ or atomic response acknowledges by itself).
 func (r *responder) done(h *frameHeader, ack bool) {
 	r.ePSN = h.PSN + 1
+	r.wmu.Lock()
 	r.ackPending = ack
 	r.ackPSN = h.PSN
+	r.wmu.Unlock()
+}
+
+// respond buffers a response to h, which acknowledges everything before.
+func (r *responder) respond(h frameHeader) {
+	r.wmu.Lock()
+	r.ackPending = false
+	r.writeHeader(h)
+	r.wmu.Unlock()
 }
 
 // handle executes one request.
@@ -186,8 +229,7 @@ func (r *responder) nak(h *frameHeader, code nakCode) error {
 	if err := r.skipPayload(h); err != nil {
 		return err
 	}
-	r.ackPending = false
-	r.writeHeader(frameHeader{Type: frameNak, PSN: h.PSN, Code: uint8(code)})
+	r.respond(frameHeader{Type: frameNak, PSN: h.PSN, Code: uint8(code)})
 	r.flush()
 	r.q.fail(rdma.WCWRFlushErr)
 	return errStop
@@ -201,8 +243,7 @@ func (r *responder) rnr(h *frameHeader) error {
 	r.q.mu.Lock()
 	timer := r.q.minRNR
 	r.q.mu.Unlock()
-	r.ackPending = false
-	r.writeHeader(frameHeader{Type: frameRNRNak, PSN: h.PSN, Code: uint8(timer)})
+	r.respond(frameHeader{Type: frameRNRNak, PSN: h.PSN, Code: uint8(timer)})
 	r.rnrWait = true
 	return r.flush()
 }
@@ -319,21 +360,22 @@ func (r *responder) read(h *frameHeader) error {
 			return r.nak(h, nakRemoteAccess)
 		}
 	}
-	r.done(h, false) // the response acknowledges everything before it
+	r.done(h, false)
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
 	r.writeHeader(frameHeader{Type: frameReadResp, PSN: h.PSN, Length: h.Length})
 	if m == nil {
 		return nil
 	}
+	defer m.release()
 	if len(span) >= r.bw.Available() {
 		// Large data goes straight from registered memory to the
 		// socket: flush what is buffered, then write the span itself.
-		if err := r.flush(); err != nil {
-			m.release()
+		if err := r.flushLocked(); err != nil {
 			return err
 		}
 	}
 	_, err := r.bw.Write(span)
-	m.release()
 	return err
 }
 
@@ -360,6 +402,6 @@ func (r *responder) atomic(h *frameHeader) error {
 	}
 	m.release()
 	r.done(h, false)
-	r.writeHeader(frameHeader{Type: frameAtomicResp, PSN: h.PSN, CompareAdd: old})
+	r.respond(frameHeader{Type: frameAtomicResp, PSN: h.PSN, CompareAdd: old})
 	return nil
 }
