@@ -196,7 +196,8 @@ func dialExchange(ctx context.Context, nc net.Conn, qp QP, addr string, p ConnPa
 
 // initQP moves a new queue pair to Init and runs the caller's Setup.
 func initQP(qp QP, p ConnParams) error {
-	if err := qp.Modify(QPAttr{State: QPSInit, Access: p.Access, Port: 1}); err != nil {
+	// Port 0: the port the device was opened on.
+	if err := qp.Modify(QPAttr{State: QPSInit, Access: p.Access}); err != nil {
 		return err
 	}
 	if p.Setup != nil {

@@ -288,7 +288,8 @@ type QPAttr struct {
 	State QPState
 
 	Access Access
-	Port   uint8
+	// Port is the port number; 0 means the port the device was opened on.
+	Port uint8
 
 	Remote          Endpoint
 	PathMTU         uint32

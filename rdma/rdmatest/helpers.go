@@ -270,7 +270,7 @@ func Connect(t testing.TB, a, b rdma.QP, access rdma.Access, tr Transport) {
 
 // ToInit moves qp from Reset to Init, granting access.
 func ToInit(qp rdma.QP, access rdma.Access) error {
-	return qp.Modify(rdma.QPAttr{State: rdma.QPSInit, Access: access, Port: 1})
+	return qp.Modify(rdma.QPAttr{State: rdma.QPSInit, Access: access}) // Port 0: the device's port
 }
 
 // maxRdAtomic is the number of outstanding READs and atomics the suite
