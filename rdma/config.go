@@ -10,8 +10,11 @@ type DeviceConfig struct {
 	Device string
 	// Port is the port number (verbs; 0 means 1).
 	Port uint8
-	// GIDIndex selects the port's GID for RoCE and rxe; negative chooses
-	// a RoCE v2 GID of an IPv4 address, else IPv6, automatically.
+	// GIDIndex selects the port's GID for RoCE and rxe; AutoGID (any
+	// negative value) chooses a RoCE v2 GID of an IPv4 address, else
+	// IPv6, automatically. The zero value is index 0, which on RoCE ports
+	// is usually a RoCE v1 or link-local GID: pass AutoGID unless an
+	// operator named an index.
 	GIDIndex int
 	// Addr is where the soft provider's NIC listens, host:port
 	// (default 127.0.0.1:0).
@@ -19,3 +22,6 @@ type DeviceConfig struct {
 	// Logger receives the provider's diagnostics (default: discard).
 	Logger *slog.Logger
 }
+
+// AutoGID asks the provider to choose the GID (DeviceConfig.GIDIndex).
+const AutoGID = -1

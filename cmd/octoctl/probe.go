@@ -82,7 +82,7 @@ Exits non-zero if any node fails.`,
 				}
 				addr = net.JoinHostPort(host, "0")
 			}
-			dev, err := provider.Open(prov, rdma.DeviceConfig{Device: device, GIDIndex: -1, Addr: addr})
+			dev, err := provider.Open(prov, rdma.DeviceConfig{Device: device, GIDIndex: rdma.AutoGID, Addr: addr})
 			if err != nil {
 				return err
 			}

@@ -83,7 +83,7 @@ func openPmemStorage(o *serveOptions, token func() string, log *slog.Logger) (st
 		}
 		softAddr = net.JoinHostPort(host, "0")
 	}
-	dev, err := provider.Open(so.rdmaProvider, rdma.DeviceConfig{Device: so.rdmaDevice, GIDIndex: -1, Addr: softAddr, Logger: log})
+	dev, err := provider.Open(so.rdmaProvider, rdma.DeviceConfig{Device: so.rdmaDevice, GIDIndex: rdma.AutoGID, Addr: softAddr, Logger: log})
 	if err != nil {
 		region.Close()
 		return nil, fmt.Errorf("RDMA provider %q: %w", so.rdmaProvider, err)

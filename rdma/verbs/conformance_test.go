@@ -17,7 +17,7 @@ import (
 // it (default: the first with an active port) and OCTOFS_VERBS_GID_INDEX
 // forces a GID index (default: automatic).
 func deviceConfig(t testing.TB) rdma.DeviceConfig {
-	cfg := rdma.DeviceConfig{Device: os.Getenv("OCTOFS_VERBS_DEVICE"), GIDIndex: -1}
+	cfg := rdma.DeviceConfig{Device: os.Getenv("OCTOFS_VERBS_DEVICE"), GIDIndex: rdma.AutoGID}
 	if s := os.Getenv("OCTOFS_VERBS_GID_INDEX"); s != "" {
 		i, err := strconv.Atoi(s)
 		if err != nil {
