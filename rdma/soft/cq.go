@@ -82,15 +82,21 @@ func (c *cq) failUsers() {
 }
 
 func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
+	n, _, err := c.poll(wc)
+	return n, err
+}
+
+// poll is Poll that also says how many completions remain.
+func (c *cq) poll(wc []rdma.WorkCompletion) (n, remaining int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return 0, rdma.ErrClosed
+		return 0, 0, rdma.ErrClosed
 	}
 	if c.overrun {
-		return 0, rdma.ErrCQOverrun
+		return 0, 0, rdma.ErrCQOverrun
 	}
-	n := min(len(wc), c.n)
+	n = min(len(wc), c.n)
 	for i := 0; i < n; i++ {
 		wc[i] = c.ring[c.head]
 		c.head++
@@ -99,21 +105,16 @@ func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 		}
 	}
 	c.n -= n
-	return n, nil
+	return n, c.n, nil
 }
 
 func (c *cq) Wait(ctx context.Context, wc []rdma.WorkCompletion) (int, error) {
 	for {
-		n, err := c.Poll(wc)
+		n, remaining, err := c.poll(wc)
 		if n > 0 || err != nil {
-			if n > 0 {
-				c.mu.Lock()
-				more := c.n > 0
-				c.mu.Unlock()
-				if more {
-					// Pass the wake-up on to another waiter.
-					c.wake()
-				}
+			if remaining > 0 {
+				// Pass the wake-up on to another waiter.
+				c.wake()
 			}
 			return n, err
 		}

@@ -36,6 +36,8 @@ type Device struct {
 	delay   atomic.Int64  // response delay in nanoseconds (Faults)
 	failKey atomic.Uint32 // rkey to reject (Faults)
 
+	rnrNAKs, resent, timeouts, connsLost atomic.Uint64 // see Stats
+
 	wg sync.WaitGroup
 }
 
@@ -170,6 +172,27 @@ func (d *Device) DropConnections() {
 	for _, c := range conns {
 		c.Close()
 	}
+}
+
+// Stats counts the device's transport events since it was opened.
+type Stats struct {
+	// RNRNAKs is how many requests this device refused, as a
+	// responder, for want of a posted receive.
+	RNRNAKs uint64
+	// Resent is how many requests this device sent again after an RNR
+	// NAK (the NAKed one and those that followed it).
+	Resent uint64
+	// Timeouts is how many queue pairs failed because their peer did
+	// not answer within the transport timeout.
+	Timeouts uint64
+	// ConnectionsLost is how many requester connections broke while
+	// their queue pair was in use.
+	ConnectionsLost uint64
+}
+
+// Stats returns the device's counters.
+func (d *Device) Stats() Stats {
+	return Stats{RNRNAKs: d.rnrNAKs.Load(), Resent: d.resent.Load(), Timeouts: d.timeouts.Load(), ConnectionsLost: d.connsLost.Load()}
 }
 
 // SetDelay delays every response this device sends by at least delay.

@@ -126,6 +126,8 @@ func TestPeerProcessKilled(t *testing.T) {
 	}
 	t.Logf("all %d outstanding READs completed %v after SIGKILL: %v", outstanding, time.Since(start), statuses)
 	require.Equal(t, rdma.QPSErr, conn.QP.State())
+	require.Equal(t, uint64(1), dev.Stats().ConnectionsLost, "the failure came from the lost connection")
+	require.Zero(t, dev.Stats().Timeouts)
 	require.Positive(t, statuses[rdma.WCRetryExcErr]+statuses[rdma.WCWRFlushErr], "requests outstanding at the kill fail")
 	require.Equal(t, 1, statuses[rdma.WCRetryExcErr], "the oldest outstanding request reports the transport failure")
 	for s := range statuses {

@@ -467,8 +467,15 @@ func (q *qp) fillSendWQE(w *sendWQE, wr *rdma.SendWR) error {
 				continue
 			}
 			// Inline data ignores lkeys, but the soft provider can
-			// only reach memory registered on the device.
-			m := q.dev.lookupMRByAddr(s.Addr, s.Length)
+			// only reach memory registered on the device: the SGE's
+			// own region if its lkey names one holding the range,
+			// else any that does.
+			m := q.dev.lookupMR(s.LKey)
+			if m == nil {
+				m = q.dev.lookupMRByAddr(s.Addr, s.Length)
+			} else if _, ok := m.span(s.Addr, s.Length); !ok {
+				m = q.dev.lookupMRByAddr(s.Addr, s.Length)
+			}
 			if m == nil || !m.acquire() {
 				return fmt.Errorf("%w: inline data at %#x is not in memory registered on this device", rdma.ErrInvalid, s.Addr)
 			}
@@ -534,6 +541,7 @@ func (q *qp) checkTimeout() {
 	if idle >= q.budget {
 		q.dev.log.Warn("transport timeout: no response from the peer", "qpn", q.qpn, "peer", q.remote.Addr, "peer_qpn", q.remote.QPN,
 			"idle", idle, "outstanding", q.sqNext-q.sqHead, "queued", q.sqTail-q.sqNext, "rnr_paused", q.rnrPaused)
+		q.dev.timeouts.Add(1)
 		q.failLocked(rdma.WCRetryExcErr)
 		return
 	}

@@ -15,12 +15,15 @@ import (
 // The requester side of a queue pair: the connection it dials, the frames
 // it transmits, and the responses that complete its send queue.
 
-// txScratch is reused by every transmission; txMu guards it.
+// txScratch is reused by every transmission; txMu guards it. hdrs and
+// inline are allocated once with room for a whole batch, so that slices of
+// them stay valid while a batch is assembled.
 type txScratch struct {
-	hdrs  []byte
-	bufs  net.Buffers
-	spans [][]byte
-	held  []*mr
+	hdrs   []byte
+	inline []byte
+	bufs   net.Buffers
+	spans  [][]byte
+	held   []*mr
 }
 
 // Bounds of one batch of frames written with a single writev.
@@ -130,8 +133,13 @@ func (q *qp) dial(remote rdma.Endpoint, deadline time.Time) (*wireConn, error) {
 // holds txMu.
 func (q *qp) transmit(limit int) (more bool) {
 	tx := &q.tx
+	if tx.hdrs == nil {
+		tx.hdrs = make([]byte, 0, maxBatchFrames*frameHeaderSize)
+		tx.inline = make([]byte, 0, maxBatchFrames*q.maxInline)
+	}
 	for {
 		tx.hdrs = tx.hdrs[:0]
+		tx.inline = tx.inline[:0]
 		tx.bufs = tx.bufs[:0]
 		tx.spans = tx.spans[:0]
 		batch, bytes := 0, 0
@@ -160,7 +168,11 @@ func (q *qp) transmit(limit int) (more bool) {
 			nspans := len(tx.spans)
 			if hasOutgoingPayload(w.op) {
 				if w.isInline {
-					tx.spans = append(tx.spans, w.inline)
+					// Copied: once the lock is released a flush may
+					// free the slot for a new request.
+					off := len(tx.inline)
+					tx.inline = append(tx.inline, w.inline...)
+					tx.spans = append(tx.spans, tx.inline[off:])
 				} else {
 					var st rdma.WCStatus
 					tx.spans, tx.held, st = q.dev.localSpans(q.pd, w.sgl, false, tx.spans, tx.held)
@@ -174,32 +186,22 @@ func (q *qp) transmit(limit int) (more bool) {
 				}
 			}
 			off := len(tx.hdrs)
-			tx.hdrs = append(tx.hdrs, make([]byte, frameHeaderSize)...)
+			tx.hdrs = tx.hdrs[:off+frameHeaderSize]
 			h := requestHeader(w)
 			h.encode(tx.hdrs[off:])
+			tx.bufs = append(tx.bufs, tx.hdrs[off:])
+			tx.bufs = append(tx.bufs, tx.spans[nspans:]...)
 			batch++
 			bytes += frameHeaderSize + payload
 			q.sqNext++
 			if w.op == rdma.OpRead || w.op.IsAtomic() {
 				q.rdAtomicInFlight++
 			}
-			// Headers are appended to one buffer that may move while
-			// the batch grows, so record offsets and slice them below.
-			tx.bufs = append(tx.bufs, nil)
-			tx.bufs = append(tx.bufs, tx.spans[nspans:]...)
 		}
 		q.mu.Unlock()
 		if batch == 0 {
 			tx.held = releaseAll(tx.held)
 			return more
-		}
-		// Fill in the header slices now that tx.hdrs no longer grows.
-		hi := 0
-		for i := range tx.bufs {
-			if tx.bufs[i] == nil {
-				tx.bufs[i] = tx.hdrs[hi : hi+frameHeaderSize]
-				hi += frameHeaderSize
-			}
 		}
 		bufs := tx.bufs                // WriteTo consumes its receiver
 		_, err := bufs.WriteTo(c.Conn) // the net.Conn itself, which writes with writev
@@ -264,47 +266,33 @@ func (q *qp) connFailed(c *wireConn) {
 	if q.out != c {
 		return
 	}
+	q.dev.connsLost.Add(1)
 	q.failLocked(rdma.WCRetryExcErr)
+}
+
+// responseReader applies the responses arriving on a requester
+// connection to its queue pair's send queue.
+type responseReader struct {
+	q  *qp
+	c  *wireConn
+	br *bufio.Reader
+
+	hdr   [frameHeaderSize]byte
+	sgl   []rdma.SGE
+	spans [][]byte
+	held  []*mr
 }
 
 // readResponses reads responses from the requester connection until it
 // fails or closes.
 func (q *qp) readResponses(c *wireConn) {
 	defer q.dev.wg.Done()
-	br := bufio.NewReaderSize(c, 64<<10)
-	var hb [frameHeaderSize]byte
-	var h frameHeader
-	var spans [][]byte
-	var held []*mr
-	var sgl []rdma.SGE
+	r := &responseReader{q: q, c: c, br: bufio.NewReaderSize(c, 64<<10)}
 	for {
-		if br.Buffered() == 0 {
-			// All responses that have arrived are applied: send
-			// what was queued meanwhile (see PostSend).
-			q.mu.Lock()
-			queued, inFlight := q.sqTail-q.sqNext, q.sqNext-q.sqHead
-			current := q.out == c
-			q.mu.Unlock()
-			// Like Nagle's algorithm, wait until the batch is as
-			// large as what is in flight: each batch then costs the
-			// two sides one system call each way, however small its
-			// requests. A request queued behind a deep pipeline waits
-			// at most for the responses already due.
-			if current && queued > 0 && queued >= inFlight {
-				q.transmitPending()
-			}
+		if r.br.Buffered() == 0 {
+			r.transmitQueued()
 		}
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			q.connFailed(c)
-			return
-		}
-		err := h.decode(hb[:])
-		if err == nil && h.Type.isRequest() {
-			err = fmt.Errorf("%w: request frame on a requester connection", rdma.ErrProtocol)
-		}
-		if err == nil {
-			spans, held, sgl, err = q.handleResponse(c, &h, br, spans, held, sgl)
-		}
+		err := r.next()
 		switch {
 		case err == nil:
 			continue
@@ -319,112 +307,148 @@ func (q *qp) readResponses(c *wireConn) {
 		case errors.Is(err, errStale):
 			c.Close()
 		default:
-			// The connection broke in the middle of a response.
+			// The connection broke, perhaps in the middle of a response.
 			q.connFailed(c)
 		}
 		return
 	}
 }
 
-// handleResponse applies one response to the send queue.
-func (q *qp) handleResponse(c *wireConn, h *frameHeader, br *bufio.Reader, spans [][]byte, held []*mr, sgl []rdma.SGE) ([][]byte, []*mr, []rdma.SGE, error) {
+// transmitQueued runs once all responses that have arrived are applied:
+// it sends what was queued meanwhile (see PostSend). Like Nagle's
+// algorithm, it waits until the batch is as large as what is in flight:
+// each batch then costs the two sides one system call each way, however
+// small its requests, and a request queued behind a deep pipeline waits
+// at most for the responses already due.
+func (r *responseReader) transmitQueued() {
+	q := r.q
 	q.mu.Lock()
-	if q.out != c {
+	queued, inFlight := q.sqTail-q.sqNext, q.sqNext-q.sqHead
+	current := q.out == r.c
+	q.mu.Unlock()
+	if current && queued > 0 && queued >= inFlight {
+		q.transmitPending()
+	}
+}
+
+// next reads one response and applies it.
+func (r *responseReader) next() error {
+	if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
+		return err
+	}
+	var h frameHeader
+	if err := h.decode(r.hdr[:]); err != nil {
+		return err
+	}
+	if h.Type.isRequest() {
+		return fmt.Errorf("%w: request frame on a requester connection", rdma.ErrProtocol)
+	}
+	q := r.q
+	q.mu.Lock()
+	if q.out != r.c {
 		q.mu.Unlock()
-		return spans, held, sgl, errStale
+		return errStale
 	}
 	// Every response acknowledges the requests before its PSN.
 	inclusive := h.Type == frameAck
 	if err := q.ackLocked(h.PSN, inclusive); err != nil {
 		q.failLocked(rdma.WCBadRespErr)
 		q.mu.Unlock()
-		return spans, held, sgl, err
+		return err
 	}
 	if inclusive {
 		q.mu.Unlock()
-		return spans, held, sgl, nil
+		return nil
 	}
 	if q.sqHead == q.sqNext {
 		q.mu.Unlock()
-		return spans, held, sgl, fmt.Errorf("%w: response for PSN %d with nothing outstanding", rdma.ErrProtocol, h.PSN)
+		return fmt.Errorf("%w: response for PSN %d with nothing outstanding", rdma.ErrProtocol, h.PSN)
 	}
 	head := q.sqHead
 	w := &q.sq[head%uint64(len(q.sq))]
 	if w.psn != h.PSN {
 		q.mu.Unlock()
-		return spans, held, sgl, fmt.Errorf("%w: response for PSN %d, expected %d", rdma.ErrProtocol, h.PSN, w.psn)
+		return fmt.Errorf("%w: response for PSN %d, expected %d", rdma.ErrProtocol, h.PSN, w.psn)
 	}
 	switch h.Type {
 	case frameNak:
 		q.failLocked(nakCode(h.Code).status())
 		q.mu.Unlock()
-		return spans, held, sgl, nil
+		return nil
 	case frameRNRNak:
 		if !w.op.ConsumesRecv() {
 			q.mu.Unlock()
-			return spans, held, sgl, fmt.Errorf("%w: RNR NAK for %v", rdma.ErrProtocol, w.op)
+			return fmt.Errorf("%w: RNR NAK for %v", rdma.ErrProtocol, w.op)
 		}
 		q.rnrLocked(w, rdma.RNRTimer(h.Code))
 		q.mu.Unlock()
-		return spans, held, sgl, nil
+		return nil
 	case frameReadResp:
 		if w.op != rdma.OpRead || h.Length != w.length {
 			q.mu.Unlock()
-			return spans, held, sgl, fmt.Errorf("%w: READ response of %d bytes for %v of %d", rdma.ErrProtocol, h.Length, w.op, w.length)
+			return fmt.Errorf("%w: READ response of %d bytes for %v of %d", rdma.ErrProtocol, h.Length, w.op, w.length)
 		}
 	case frameAtomicResp:
 		if !w.op.IsAtomic() {
 			q.mu.Unlock()
-			return spans, held, sgl, fmt.Errorf("%w: atomic response for %v", rdma.ErrProtocol, w.op)
+			return fmt.Errorf("%w: atomic response for %v", rdma.ErrProtocol, w.op)
 		}
 	}
-	sgl = append(sgl[:0], w.sgl...)
+	r.sgl = append(r.sgl[:0], w.sgl...)
 	q.mu.Unlock()
 
 	// Place READ data or the atomic's original value in local memory,
 	// outside the lock: the payload may be large.
-	var st rdma.WCStatus
-	spans, held, st = q.dev.localSpans(q.pd, sgl, true, spans[:0], held[:0])
-	if st == rdma.WCSuccess {
-		if h.Type == frameReadResp {
-			for _, s := range spans {
-				if _, err := io.ReadFull(br, s); err != nil {
-					releaseAll(held)
-					return spans, held[:0], sgl, err
-				}
-			}
-		} else {
-			var old [8]byte
-			binary.NativeEndian.PutUint64(old[:], h.CompareAdd)
-			rest := old[:]
-			for _, s := range spans {
-				rest = rest[copy(s, rest):]
-			}
-		}
-	} else if h.Type == frameReadResp {
-		if err := discard(br, h.Length); err != nil {
-			releaseAll(held)
-			return spans, held[:0], sgl, err
-		}
+	st, err := r.place(&h)
+	if err != nil {
+		return err
 	}
-	held = releaseAll(held)
 
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.out != c || q.sqHead != head {
+	if q.out != r.c || q.sqHead != head {
 		// The queue pair was flushed meanwhile.
-		return spans, held, sgl, errStale
+		return errStale
 	}
 	if st != rdma.WCSuccess {
 		q.failLocked(st)
-		return spans, held, sgl, nil
+		return nil
 	}
 	q.rdAtomicInFlight--
 	q.completeHeadLocked(w)
 	if q.rdAtomicInFlight == 0 && q.sqNext < q.sqTail {
 		q.kick() // a FENCEd request may be waiting for this one
 	}
-	return spans, held, sgl, nil
+	return nil
+}
+
+// place writes a READ response's data or an atomic's original value into
+// the request's local buffers (r.sgl). A local protection error is its
+// status; an error means the connection failed.
+func (r *responseReader) place(h *frameHeader) (rdma.WCStatus, error) {
+	var st rdma.WCStatus
+	r.spans, r.held, st = r.q.dev.localSpans(r.q.pd, r.sgl, true, r.spans[:0], r.held[:0])
+	defer func() { r.held = releaseAll(r.held) }()
+	switch {
+	case st != rdma.WCSuccess:
+		if h.Type == frameReadResp {
+			return st, discard(r.br, h.Length)
+		}
+	case h.Type == frameReadResp:
+		for _, s := range r.spans {
+			if _, err := io.ReadFull(r.br, s); err != nil {
+				return st, err
+			}
+		}
+	default:
+		var old [8]byte
+		binary.NativeEndian.PutUint64(old[:], h.CompareAdd)
+		rest := old[:]
+		for _, s := range r.spans {
+			rest = rest[copy(s, rest):]
+		}
+	}
+	return st, nil
 }
 
 // ackLocked completes the transmitted SEND and WRITE requests before psn
@@ -470,6 +494,7 @@ func (q *qp) rnrLocked(w *sendWQE, timer rdma.RNRTimer) {
 		w.rnrLeft--
 	}
 	q.lastProgress = time.Now()
+	q.dev.resent.Add(q.sqNext - q.sqHead)
 	q.sqNext = q.sqHead
 	q.rdAtomicInFlight = 0
 	q.txStopped = false

@@ -245,6 +245,7 @@ func (r *responder) rnr(h *frameHeader) error {
 	r.q.mu.Unlock()
 	r.respond(frameHeader{Type: frameRNRNak, PSN: h.PSN, Code: uint8(timer)})
 	r.rnrWait = true
+	r.q.dev.rnrNAKs.Add(1)
 	return r.flush()
 }
 

@@ -64,4 +64,12 @@ func TestRNRStormLargeSends(t *testing.T) {
 		}
 		inflight++
 	}
+	// The storm the test is about happened.
+	if n := p.devB.Stats().RNRNAKs; n == 0 {
+		t.Fatal("the receiver sent no RNR NAK: the test did not exercise RNR")
+	}
+	if n := p.devA.Stats().Resent; n == 0 {
+		t.Fatal("the sender resent nothing after RNR NAKs")
+	}
+	t.Logf("RNR NAKs %d, requests resent %d", p.devB.Stats().RNRNAKs, p.devA.Stats().Resent)
 }
