@@ -59,9 +59,10 @@ type qp struct {
 	sendWRs  []C.struct_octo_send
 	sendSGEs []C.struct_ibv_sge
 	sendScr  *C.struct_ibv_send_wr
-	// badIdx receives the index of a refused request; it is C memory
+	// badIdx receives the index of a refused request, [0] PostSend's
+	// (under sendMu), [1] PostRecv's (under recvMu); it is C memory
 	// because a Go variable passed to C escapes to the heap on every call.
-	badIdx *C.int
+	badIdx []C.int
 
 	recvMu   sync.Mutex
 	recvWRs  []C.struct_octo_recv
@@ -123,7 +124,7 @@ func (p *pd) createQP(cfg rdma.QPConfig) (*qp, error) {
 		recvWRs:  cslice[C.struct_octo_recv](postBatch, C.sizeof_struct_octo_recv),
 		recvSGEs: cslice[C.struct_ibv_sge](postBatch*max(recvSGE, 1), C.sizeof_struct_ibv_sge),
 		recvScr:  (*C.struct_ibv_recv_wr)(C.calloc(postBatch, C.sizeof_struct_ibv_recv_wr)),
-		badIdx:   (*C.int)(C.calloc(2, C.sizeof_int)),
+		badIdx:   cslice[C.int](2, C.sizeof_int),
 	}
 	qp.state.Store(uint32(rdma.QPSReset))
 	p.qps[qp] = struct{}{}
@@ -311,11 +312,12 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 		chunk := wrs[base:min(base+postBatch, len(wrs))]
 		n, sges := 0, 0
 		var bad error
-		for _, wr := range chunk {
-			if bad = q.checkSend(&wr); bad != nil {
+		for i := range chunk {
+			wr := &chunk[i]
+			var op uint32
+			if op, bad = q.checkSend(wr); bad != nil {
 				break
 			}
-			op, _ := wrOpcode(wr.Opcode)
 			w := &q.sendWRs[n]
 			w.wr_id = C.uint64_t(wr.ID)
 			w.remote_addr = C.uint64_t(wr.RemoteAddr)
@@ -327,16 +329,12 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 			w.flags = C.uint32_t(sendFlags(wr.Flags))
 			w.num_sge = C.uint32_t(len(wr.SGL))
 			w.sge_off = C.uint32_t(sges)
-			for _, s := range wr.SGL {
-				g := &q.sendSGEs[sges]
-				g.addr, g.length, g.lkey = C.uint64_t(s.Addr), C.uint32_t(s.Length), C.uint32_t(s.LKey)
-				sges++
-			}
+			sges += fillSGEs(q.sendSGEs[sges:], wr.SGL)
 			n++
 		}
 		if n > 0 {
-			if rc := C.octo_post_send(q.qp, &q.sendWRs[0], C.int(n), &q.sendSGEs[0], q.sendScr, q.badIdx); rc != 0 {
-				return &rdma.PostError{Index: base + int(*q.badIdx), Err: fmt.Errorf("verbs: post send: %w", mapPostErrno(syscall.Errno(rc)))}
+			if rc := C.octo_post_send(q.qp, &q.sendWRs[0], C.int(n), &q.sendSGEs[0], q.sendScr, &q.badIdx[0]); rc != 0 {
+				return postFailed("post send", base, q.badIdx[0], rc)
 			}
 		}
 		if bad != nil {
@@ -346,41 +344,58 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 	return nil
 }
 
+// fillSGEs copies sgl into dst, C memory, and returns how many it wrote.
+func fillSGEs(dst []C.struct_ibv_sge, sgl []rdma.SGE) int {
+	for i, s := range sgl {
+		g := &dst[i]
+		g.addr, g.length, g.lkey = C.uint64_t(s.Addr), C.uint32_t(s.Length), C.uint32_t(s.LKey)
+	}
+	return len(sgl)
+}
+
+// postFailed reports a batch, wrs[base:], that ibv_post_send/recv refused
+// from its bad-th request on.
+func postFailed(what string, base int, bad, rc C.int) error {
+	return &rdma.PostError{Index: base + int(bad), Err: fmt.Errorf("verbs: %s: %w", what, mapPostErrno(syscall.Errno(rc)))}
+}
+
 // checkSend refuses what verbs leaves undefined or devices check
-// differently, before the request reaches the device.
-func (q *qp) checkSend(wr *rdma.SendWR) error {
-	if _, ok := wrOpcode(wr.Opcode); !ok {
-		return fmt.Errorf("%w: opcode %v", rdma.ErrInvalid, wr.Opcode)
+// differently, before the request reaches the device; it returns the
+// request's ibv_wr_opcode.
+func (q *qp) checkSend(wr *rdma.SendWR) (uint32, error) {
+	op, ok := wrOpcode(wr.Opcode)
+	if !ok {
+		return 0, fmt.Errorf("%w: opcode %v", rdma.ErrInvalid, wr.Opcode)
 	}
 	if len(wr.SGL) > q.maxSendSGE {
-		return fmt.Errorf("%w: %d SGEs, the queue pair takes %d", rdma.ErrInvalid, len(wr.SGL), q.maxSendSGE)
+		return 0, fmt.Errorf("%w: %d SGEs, the queue pair takes %d", rdma.ErrInvalid, len(wr.SGL), q.maxSendSGE)
 	}
 	var total uint64
 	for _, s := range wr.SGL {
 		total += uint64(s.Length)
 	}
 	if total > uint64(q.dev.caps.MaxMsgSize) {
-		return fmt.Errorf("%w: %d-byte message, the port's maximum is %d", rdma.ErrInvalid, total, q.dev.caps.MaxMsgSize)
+		return 0, fmt.Errorf("%w: %d-byte message, the port's maximum is %d", rdma.ErrInvalid, total, q.dev.caps.MaxMsgSize)
 	}
 	if wr.Flags&rdma.SendInline != 0 {
 		switch wr.Opcode {
 		case rdma.OpSend, rdma.OpSendWithImm, rdma.OpWrite, rdma.OpWriteWithImm:
 		default:
-			return fmt.Errorf("%w: inline %v", rdma.ErrInvalid, wr.Opcode)
+			return 0, fmt.Errorf("%w: inline %v", rdma.ErrInvalid, wr.Opcode)
 		}
 		if total > uint64(q.maxInline) {
-			return fmt.Errorf("%w: %d bytes inline, the queue pair takes %d", rdma.ErrInvalid, total, q.maxInline)
+			return 0, fmt.Errorf("%w: %d bytes inline, the queue pair takes %d", rdma.ErrInvalid, total, q.maxInline)
 		}
 	}
 	if wr.Opcode.IsAtomic() {
 		if len(wr.SGL) != 1 || total != 8 {
-			return fmt.Errorf("%w: atomic of %d bytes in %d SGEs, want 8 in 1", rdma.ErrInvalid, total, len(wr.SGL))
+			return 0, fmt.Errorf("%w: atomic of %d bytes in %d SGEs, want 8 in 1", rdma.ErrInvalid, total, len(wr.SGL))
 		}
 		if wr.RemoteAddr%8 != 0 {
-			return fmt.Errorf("%w: atomic at %#x, not 8-byte aligned", rdma.ErrInvalid, wr.RemoteAddr)
+			return 0, fmt.Errorf("%w: atomic at %#x, not 8-byte aligned", rdma.ErrInvalid, wr.RemoteAddr)
 		}
 	}
-	return nil
+	return op, nil
 }
 
 // PostRecv posts receive requests in batches of C work requests.
@@ -397,7 +412,8 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 		chunk := wrs[base:min(base+postBatch, len(wrs))]
 		n, sges := 0, 0
 		var bad error
-		for _, wr := range chunk {
+		for i := range chunk {
+			wr := &chunk[i]
 			if len(wr.SGL) > q.maxRecvSGE {
 				bad = fmt.Errorf("%w: %d SGEs, the queue pair takes %d", rdma.ErrInvalid, len(wr.SGL), q.maxRecvSGE)
 				break
@@ -406,17 +422,12 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 			w.wr_id = C.uint64_t(wr.ID)
 			w.num_sge = C.uint32_t(len(wr.SGL))
 			w.sge_off = C.uint32_t(sges)
-			for _, s := range wr.SGL {
-				g := &q.recvSGEs[sges]
-				g.addr, g.length, g.lkey = C.uint64_t(s.Addr), C.uint32_t(s.Length), C.uint32_t(s.LKey)
-				sges++
-			}
+			sges += fillSGEs(q.recvSGEs[sges:], wr.SGL)
 			n++
 		}
 		if n > 0 {
-			bad := (*C.int)(unsafe.Add(unsafe.Pointer(q.badIdx), C.sizeof_int)) // recvMu's own slot
-			if rc := C.octo_post_recv(q.qp, &q.recvWRs[0], C.int(n), &q.recvSGEs[0], q.recvScr, bad); rc != 0 {
-				return &rdma.PostError{Index: base + int(*bad), Err: fmt.Errorf("verbs: post receive: %w", mapPostErrno(syscall.Errno(rc)))}
+			if rc := C.octo_post_recv(q.qp, &q.recvWRs[0], C.int(n), &q.recvSGEs[0], q.recvScr, &q.badIdx[1]); rc != 0 {
+				return postFailed("post receive", base, q.badIdx[1], rc)
 			}
 		}
 		if bad != nil {
@@ -466,7 +477,7 @@ func (q *qp) Close() error {
 	C.free(unsafe.Pointer(&q.recvWRs[0]))
 	C.free(unsafe.Pointer(&q.recvSGEs[0]))
 	C.free(unsafe.Pointer(q.recvScr))
-	C.free(unsafe.Pointer(q.badIdx))
+	C.free(unsafe.Pointer(&q.badIdx[0]))
 	q.scq.unref()
 	q.rcq.unref()
 	q.dev.removeQP(q)
