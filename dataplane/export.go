@@ -176,7 +176,13 @@ func (e *Export) acceptLoop() {
 		if err != nil {
 			return
 		}
-		e.handle(req)
+		// The handshake runs on its own goroutine, so that a client
+		// that stalls in it does not hold up the others.
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			e.handle(req)
+		}()
 	}
 }
 
