@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -71,15 +72,55 @@ func DecodeSnapshot(b []byte) (*Map, error) {
 	return s.Map, nil
 }
 
-// fsm is the raft state machine holding the cluster map. The current map is
-// immutable and published by pointer swap; changed is closed and replaced on
-// every change so that watchers wake up.
-type fsm struct {
-	log *slog.Logger
-
+// mapCell publishes an immutable map by pointer swap; changed is closed and
+// replaced on every change so that watchers wake up. The FSM and RemoteMap
+// both hold their map in one.
+type mapCell struct {
 	mu      sync.Mutex
 	cur     *Map
 	changed chan struct{}
+}
+
+func newMapCell(m *Map) mapCell { return mapCell{cur: m, changed: make(chan struct{})} }
+
+// current returns the map and a channel closed when it is replaced.
+func (c *mapCell) current() (*Map, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cur, c.changed
+}
+
+func (c *mapCell) set(m *Map) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = m
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// wait returns the first map with an epoch above since. When ctx ends it
+// returns the current map and ctx's error; when closed is closed, the
+// current map and ErrClosed.
+func (c *mapCell) wait(ctx context.Context, since uint64, closed <-chan struct{}) (*Map, error) {
+	for {
+		m, changed := c.current()
+		if m.Epoch > since {
+			return m, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return m, ctx.Err()
+		case <-closed:
+			return m, ErrClosed
+		}
+	}
+}
+
+// fsm is the raft state machine holding the cluster map.
+type fsm struct {
+	log *slog.Logger
+	mapCell
 
 	applyErrors atomic.Uint64
 }
@@ -87,22 +128,7 @@ type fsm struct {
 var _ raft.FSM = (*fsm)(nil)
 
 func newFSM(log *slog.Logger) *fsm {
-	return &fsm{log: log, cur: &Map{}, changed: make(chan struct{})}
-}
-
-// current returns the map and a channel closed when it is replaced.
-func (f *fsm) current() (*Map, <-chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.cur, f.changed
-}
-
-func (f *fsm) set(m *Map) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cur = m
-	close(f.changed)
-	f.changed = make(chan struct{})
+	return &fsm{log: log, mapCell: newMapCell(&Map{})}
 }
 
 // Apply applies one log entry. A command that does not decode or does not

@@ -423,19 +423,7 @@ func (n *Node) Map() *Map {
 // Watch returns the first map with an epoch above since, waiting for it
 // until ctx ends.
 func (n *Node) Watch(ctx context.Context, since uint64) (*Map, error) {
-	for {
-		m, changed := n.fsm.current()
-		if m.Epoch > since {
-			return m, nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return m, ctx.Err()
-		case <-n.ctx.Done():
-			return m, ErrClosed
-		}
-	}
+	return n.fsm.wait(ctx, since, n.ctx.Done())
 }
 
 // IsLeader reports whether this node is the leader and ready for writes.

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -33,10 +32,7 @@ type RemoteMap struct {
 	c    *AdminClient
 	wait time.Duration
 	log  *slog.Logger
-
-	mu      sync.Mutex
-	cur     *Map
-	changed chan struct{}
+	maps mapCell
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -65,7 +61,7 @@ func WatchRemote(ctx context.Context, c *AdminClient, wait time.Duration, log *s
 		backoff = min(2*backoff, time.Second)
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	r := &RemoteMap{c: c, wait: wait, log: log, cur: m, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	r := &RemoteMap{c: c, wait: wait, log: log, maps: newMapCell(m), cancel: cancel, done: make(chan struct{})}
 	go r.follow(bg)
 	return r, nil
 }
@@ -91,42 +87,23 @@ func (r *RemoteMap) follow(ctx context.Context) {
 }
 
 // offer publishes m if it is newer than what we have. Epochs only grow, so
-// an older answer (from a lagging server) is ignored.
+// an older answer (from a lagging server) is ignored. Only follow calls it,
+// so the check and the set need no common lock.
 func (r *RemoteMap) offer(m *Map) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if m.Epoch <= r.cur.Epoch {
-		return
+	if m.Epoch > r.Current().Epoch {
+		r.maps.set(m)
 	}
-	r.cur = m
-	close(r.changed)
-	r.changed = make(chan struct{})
 }
 
 // Current returns the newest map seen.
 func (r *RemoteMap) Current() *Map {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.cur
+	m, _ := r.maps.current()
+	return m
 }
 
 // Watch returns the first map with an epoch above since.
 func (r *RemoteMap) Watch(ctx context.Context, since uint64) (*Map, error) {
-	for {
-		r.mu.Lock()
-		m, ch := r.cur, r.changed
-		r.mu.Unlock()
-		if m.Epoch > since {
-			return m, nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return m, ctx.Err()
-		case <-r.done:
-			return m, ErrClosed
-		}
-	}
+	return r.maps.wait(ctx, since, r.done)
 }
 
 // Close stops following.
