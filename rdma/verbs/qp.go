@@ -4,7 +4,6 @@ package verbs
 
 /*
 #include <stdlib.h>
-#include <string.h>
 #include "shim.h"
 */
 import "C"
@@ -103,13 +102,12 @@ func (p *pd) createQP(cfg rdma.QPConfig) (*qp, error) {
 		return nil, err
 	}
 	var q *C.struct_ibv_qp
-	var got C.struct_ibv_qp_cap
 	sigAll := C.int(0)
 	if cfg.SignalAll {
 		sigAll = 1
 	}
 	if rc := C.octo_create_qp(p.pd, scq.cq, rcq.cq, C.uint32_t(sendWR), C.uint32_t(recvWR),
-		C.uint32_t(sendSGE), C.uint32_t(recvSGE), C.uint32_t(cfg.MaxInline), sigAll, &q, &got); rc != 0 {
+		C.uint32_t(sendSGE), C.uint32_t(recvSGE), C.uint32_t(cfg.MaxInline), sigAll, &q); rc != 0 {
 		scq.unref()
 		rcq.unref()
 		return nil, fmt.Errorf("verbs: create QP: %w", mapErrno(syscall.Errno(rc)))
@@ -257,11 +255,10 @@ func (q *qp) modify(a rdma.QPAttr, from rdma.QPState) error {
 		if q.dev.ethernet {
 			global = 1 // RoCE and rxe route by GID: a GRH is mandatory
 		}
-		gid := (*C.uint8_t)(C.malloc(16))
-		defer C.free(unsafe.Pointer(gid))
-		C.memcpy(unsafe.Pointer(gid), unsafe.Pointer(&r.GID[0]), 16)
+		// octo_set_rtr copies the GID: a Go pointer to Go memory without
+		// pointers, like &attr, may be passed for the call's duration.
 		C.octo_set_rtr(&attr, C.uint32_t(r.QPN), C.uint32_t(r.PSN&0xffffff), C.int(mtuEnum(mtu)),
-			C.uint8_t(rd), C.uint8_t(a.MinRNRTimer), C.uint16_t(r.LID), gid, C.int(global),
+			C.uint8_t(rd), C.uint8_t(a.MinRNRTimer), C.uint16_t(r.LID), (*C.uint8_t)(&r.GID[0]), C.int(global),
 			C.uint8_t(q.dev.gidIndex), C.uint8_t(q.dev.port))
 		mask = C.IBV_QP_STATE | C.IBV_QP_AV | C.IBV_QP_PATH_MTU | C.IBV_QP_DEST_QPN |
 			C.IBV_QP_RQ_PSN | C.IBV_QP_MAX_DEST_RD_ATOMIC | C.IBV_QP_MIN_RNR_TIMER
