@@ -298,6 +298,16 @@ func (n *Node) recordHeartbeat(req HeartbeatRequest) (HeartbeatResponse, error) 
 func (n *Node) heartbeatLoop() {
 	t := time.NewTicker(n.cfg.HeartbeatInterval)
 	defer t.Stop()
+	// One client per leader, so heartbeats reuse its connection (and TLS
+	// session) instead of dialing every interval. The token does not change
+	// once the node has joined.
+	var c *AdminClient
+	var cAddr string
+	defer func() {
+		if c != nil {
+			c.CloseIdleConnections()
+		}
+	}()
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -320,11 +330,15 @@ func (n *Node) heartbeatLoop() {
 			}
 			continue
 		}
+		if c == nil || cAddr != leaderAddr {
+			if c != nil {
+				c.CloseIdleConnections()
+			}
+			c, cAddr = n.client([]string{leaderAddr}), leaderAddr
+		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval)
 		req := HeartbeatRequest{JoinRequest: n.selfInfo(), AppliedIndex: n.raft.AppliedIndex(), Epoch: n.Map().Epoch}
-		c := n.client([]string{leaderAddr})
 		_, err := c.Heartbeat(ctx, req)
-		c.CloseIdleConnections()
 		cancel()
 		switch {
 		case errors.Is(err, ErrNodeRemoved):
