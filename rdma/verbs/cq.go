@@ -109,7 +109,8 @@ func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 		want := min(len(wc)-got, pollBatch)
 		n := int(C.octo_poll_cq(c.cq, C.int(want), c.scratch, &c.out[0]))
 		if n < 0 {
-			return got, fmt.Errorf("verbs: poll CQ: %w", errnoErr(-n))
+			// A negative count is the driver's own code (mlx5: -2), not an errno.
+			return got, fmt.Errorf("verbs: poll CQ: %w (ibv_poll_cq returned %d)", syscall.EIO, n)
 		}
 		for i := range n {
 			o := &c.out[i]
