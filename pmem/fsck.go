@@ -2,6 +2,7 @@ package pmem
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -267,10 +268,10 @@ func (c *checker) checkBlocks(owned map[RecordID][]Extent) {
 		}
 	}
 	slices.SortFunc(all, func(a, b ownedExtent) int {
-		if x := cmpU64(a.Start, b.Start); x != 0 {
+		if x := cmp.Compare(a.Start, b.Start); x != 0 {
 			return x
 		}
-		return cmpU64(uint64(a.owner), uint64(b.owner))
+		return cmp.Compare(uint64(a.owner), uint64(b.owner))
 	})
 	want := newBitset(g.NumBlocks)
 	var prev *ownedExtent

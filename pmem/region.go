@@ -1,8 +1,10 @@
 package pmem
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -197,11 +199,11 @@ func (r *Region) zero(off, n uint64) {
 func formatGeometry(size uint64, fo FormatOptions) (Geometry, error) {
 	g := Geometry{
 		RegionSize:  size,
-		BlockSize:   cmpOr(fo.BlockSize, 4096),
-		RecordSize:  cmpOr(fo.RecordSize, 256),
-		ExtentSlots: cmpOr(fo.ExtentSlots, 4),
-		LogSlots:    cmpOr(fo.LogSlots, 64),
-		LogSlotSize: cmpOr(fo.LogSlotSize, 4096),
+		BlockSize:   cmp.Or(fo.BlockSize, 4096),
+		RecordSize:  cmp.Or(fo.RecordSize, 256),
+		ExtentSlots: cmp.Or(fo.ExtentSlots, 4),
+		LogSlots:    cmp.Or(fo.LogSlots, 64),
+		LogSlotSize: cmp.Or(fo.LogSlotSize, 4096),
 		NumRecords:  fo.NumRecords,
 	}
 	if size < MinRegionSize {
@@ -235,14 +237,6 @@ func formatGeometry(size uint64, fo FormatOptions) (Geometry, error) {
 		g.NumBlocks--
 	}
 	return g, fmt.Errorf("%w: region of %d bytes leaves no room for data blocks with this geometry", ErrGeometry, size)
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Attach opens the region already on m: it picks the superblock, repairs
@@ -343,7 +337,7 @@ func (r *Region) recoverLog() error {
 	if len(clearSlots) == 0 {
 		return nil
 	}
-	slices.SortFunc(committed, func(a, b found) int { return cmpU64(a.s.seq, b.s.seq) })
+	slices.SortFunc(committed, func(a, b found) int { return cmp.Compare(a.s.seq, b.s.seq) })
 	var touched []uint64
 	for _, c := range committed {
 		for _, e := range c.s.entries {
@@ -366,16 +360,6 @@ func (r *Region) recoverLog() error {
 		r.logger.Info("pmem: replayed committed transactions", "count", len(committed))
 	}
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // rebuildIndexes loads the volatile allocator indexes from the
@@ -637,20 +621,13 @@ func (r *Region) readHeader(id RecordID, load func(uint64) uint64) (recordHeader
 	off := r.recordOff(id)
 	raw := make([]byte, g.PayloadOffset())
 	for i := uint64(0); i < g.PayloadOffset(); i += 8 {
-		putLE64(raw[i:], load(off+i))
+		binary.LittleEndian.PutUint64(raw[i:], load(off+i))
 	}
 	h, err := decodeRecordHeader(raw, g.ExtentSlots, g.NumBlocks)
 	if err != nil {
 		return h, fmt.Errorf("record %d: %w", id, err)
 	}
 	return h, nil
-}
-
-func putLE64(b []byte, v uint64) {
-	_ = b[7]
-	for i := range 8 {
-		b[i] = byte(v >> (8 * i))
-	}
 }
 
 // Record returns record id's header. ErrBadAddress if the id is out of

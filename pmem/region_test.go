@@ -2,6 +2,7 @@ package pmem
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"testing"
@@ -125,9 +126,9 @@ func TestOpenRefusals(t *testing.T) {
 			mangle: func(b []byte) []byte {
 				g, _ := DecodeSuperblock(b)
 				off := g.Geometry.LogOff
-				putLE64(b[off:], 5)    // commit
-				putLE64(b[off+16:], 5) // seq
-				putLE64(b[off+24:], 1) // wrong checksum
+				binary.LittleEndian.PutUint64(b[off:], 5)    // commit
+				binary.LittleEndian.PutUint64(b[off+16:], 5) // seq
+				binary.LittleEndian.PutUint64(b[off+24:], 1) // wrong checksum
 				return b
 			},
 			wantErr: ErrLogCorrupt, advice: "--repair",

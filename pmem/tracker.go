@@ -1,6 +1,7 @@
 package pmem
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -158,7 +159,7 @@ func (t *Tracker) Flush(off, n int) {
 func (t *Tracker) snapshot(base int) *[TrackLine]byte {
 	var b [TrackLine]byte
 	for i := 0; i < TrackLine; i += 8 {
-		putLE64(b[i:], t.loadWork(base+i))
+		binary.LittleEndian.PutUint64(b[i:], t.loadWork(base+i))
 	}
 	return &b
 }
@@ -223,7 +224,7 @@ func (t *Tracker) CrashImage(rng *rand.Rand) []byte {
 		case 0: // the line was never written back
 		case 1: // written back with its newest content
 			for i := 0; i < TrackLine; i += 8 {
-				putLE64(img[base+i:], t.loadWork(base+i))
+				binary.LittleEndian.PutUint64(img[base+i:], t.loadWork(base+i))
 			}
 		case 2: // written back at different moments, word by word
 			for w := range TrackLine / 8 {
@@ -231,7 +232,7 @@ func (t *Tracker) CrashImage(rng *rand.Rand) []byte {
 				choice := rng.IntN(len(cands) + 2)
 				switch {
 				case choice < len(cands):
-					putLE64(img[base+8*w:], cands[choice])
+					binary.LittleEndian.PutUint64(img[base+8*w:], cands[choice])
 				case choice == len(cands) && tl.pending != nil:
 					copy(img[base+8*w:base+8*w+8], tl.pending[8*w:])
 				}

@@ -1,6 +1,7 @@
 package pmem
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"testing"
 
@@ -8,15 +9,9 @@ import (
 )
 
 func TestTrackerModel(t *testing.T) {
-	word := func(img []byte, off int) uint64 {
-		var v uint64
-		for i := range 8 {
-			v |= uint64(img[off+i]) << (8 * i)
-		}
-		return v
-	}
+	word := func(img []byte, off int) uint64 { return binary.LittleEndian.Uint64(img[off:]) }
 	store := func(tr *Tracker, off int, v uint64) {
-		putLE64(tr.work[off:], v)
+		binary.LittleEndian.PutUint64(tr.work[off:], v)
 		tr.Stored(off, 8)
 	}
 	tests := map[string]struct {
@@ -45,7 +40,7 @@ func TestTrackerModel(t *testing.T) {
 			want0: []uint64{1, 2}, want64: []uint64{0},
 		},
 		"direct stores are caught by the flush": {
-			run:   func(tr *Tracker) { putLE64(tr.work[64:], 9); tr.Flush(64, 8); tr.Fence() },
+			run:   func(tr *Tracker) { binary.LittleEndian.PutUint64(tr.work[64:], 9); tr.Flush(64, 8); tr.Fence() },
 			want0: []uint64{0}, want64: []uint64{9},
 		},
 	}
@@ -75,7 +70,7 @@ func TestTrackerModel(t *testing.T) {
 func TestTrackerNeverTearsWords(t *testing.T) {
 	tr := NewTracker(make([]byte, 128))
 	for i := range 16 {
-		putLE64(tr.work[8*i:], ^uint64(0))
+		binary.LittleEndian.PutUint64(tr.work[8*i:], ^uint64(0))
 		tr.Stored(8*i, 8)
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
