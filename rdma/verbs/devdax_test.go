@@ -23,25 +23,7 @@ func TestDevDaxRegion(t *testing.T) {
 	if path == "" {
 		t.Skip("OCTOFS_VERBS_DAX does not name a devdax device (make vm-test sets it)")
 	}
-	dev := openOrSkip(t)
-	t.Cleanup(func() { dev.Close() })
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const size = 2 << 20 // a multiple of every devdax alignment
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mmap %s: %v", path, err)
-	}
-	defer unix.Munmap(mem)
-
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
+	dev, pd, mem := openMapped(t, path)
 	mr, err := pd.RegMR(mem, rdma.AccessAll)
 	if err != nil {
 		t.Fatalf("register %s: %v", path, err)
@@ -80,24 +62,7 @@ func TestFsDaxRefused(t *testing.T) {
 	if st.Attributes&unix.STATX_ATTR_DAX == 0 {
 		t.Fatalf("%s is not accessed through DAX (statx has no STATX_ATTR_DAX): the test proves nothing", path)
 	}
-	dev := openOrSkip(t)
-	t.Cleanup(func() { dev.Close() })
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const size = 2 << 20
-	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatalf("mmap %s: %v", path, err)
-	}
-	defer unix.Munmap(mem)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pd.Close() })
+	_, pd, mem := openMapped(t, path)
 	mr, err := pd.RegMR(mem, rdma.AccessAll)
 	if err == nil {
 		mr.Dereg()
@@ -107,4 +72,29 @@ func TestFsDaxRefused(t *testing.T) {
 		t.Fatalf("RegMR(fsdax) = %v, want an error wrapping rdma.ErrInvalid", err)
 	}
 	t.Logf("RegMR(fsdax mapping) refused as expected: %v", err)
+}
+
+// openMapped opens the device under test with a PD, and maps the first
+// 2 MiB (a multiple of every devdax alignment) of path shared, ready to
+// register; cleanups undo all three.
+func openMapped(t *testing.T, path string) (rdma.Device, rdma.PD, []byte) {
+	t.Helper()
+	dev := openOrSkip(t)
+	t.Cleanup(func() { dev.Close() })
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mem, err := unix.Mmap(int(f.Fd()), 0, 2<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatalf("mmap %s: %v", path, err)
+	}
+	t.Cleanup(func() { unix.Munmap(mem) })
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Close() })
+	return dev, pd, mem
 }
