@@ -72,6 +72,11 @@ type JoinRequest struct {
 	Region    RegionDescriptor `json:"region"`
 }
 
+// nodeInfo is the map entry the request describes; the FSM sets its state.
+func (r JoinRequest) nodeInfo() NodeInfo {
+	return NodeInfo{ID: r.ID, AdminAddr: r.AdminAddr, RaftAddr: r.RaftAddr, RDMAAddr: r.RDMAAddr, Region: r.Region}
+}
+
 // SelfJoinRequest tells an idle node which members to join (POST /v1/self/join).
 type SelfJoinRequest struct {
 	Members []string `json:"members"`

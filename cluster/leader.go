@@ -91,11 +91,10 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	n.log.Info("leader ready", "epoch", n.Map().Epoch, "term", n.raft.CurrentTerm())
 
 	if !n.Map().Initialized() {
-		self := n.selfInfo()
 		m, err := n.apply(Command{Type: CmdInit, Init: &InitCommand{
 			ClusterID:  "octofs-" + randomHex(8),
 			Partitions: n.cfg.Partitions,
-			First:      NodeInfo{ID: self.ID, AdminAddr: self.AdminAddr, RaftAddr: self.RaftAddr, RDMAAddr: self.RDMAAddr, Region: self.Region},
+			First:      n.selfInfo().nodeInfo(),
 		}})
 		if err != nil {
 			n.log.Error("cannot create the cluster map", "err", err)
@@ -233,7 +232,8 @@ func (n *Node) supervise() {
 		// A node that restarted may come back with a new RDMA address or
 		// region registration (a new rkey): publish it.
 		if b.heard && b.info.ID == info.ID && infoDiffers(info, b.info) {
-			upd := NodeInfo{ID: info.ID, AdminAddr: b.info.AdminAddr, RaftAddr: info.RaftAddr, RDMAAddr: b.info.RDMAAddr, Region: b.info.Region}
+			upd := b.info.nodeInfo()
+			upd.RaftAddr = info.RaftAddr // raft knows the node by the address it joined with
 			if _, err := n.apply(Command{Type: CmdUpdateNode, Node: &upd}); err != nil {
 				n.log.Warn("update node", "id", info.ID, "err", err)
 			}
@@ -430,9 +430,8 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) (*Map, error) {
 		}
 		return m, nil // already admitted; supervise finishes the raft side
 	}
-	m, err := n.apply(Command{Type: CmdAddNode, Node: &NodeInfo{
-		ID: req.ID, AdminAddr: req.AdminAddr, RaftAddr: req.RaftAddr, RDMAAddr: req.RDMAAddr, Region: req.Region,
-	}})
+	info := req.nodeInfo()
+	m, err := n.apply(Command{Type: CmdAddNode, Node: &info})
 	if err != nil {
 		return nil, err
 	}
