@@ -2,13 +2,10 @@
 
 package provider
 
-import (
-	"github.com/octofs/octofs/rdma"
-	"github.com/octofs/octofs/rdma/verbs"
-)
+import "github.com/octofs/octofs/rdma/verbs"
 
 // The verbs provider (libibverbs, cgo) exists only in binaries built with
 // the verbs tag: go build -tags verbs.
 func init() {
-	providers[verbs.ProviderName] = func(cfg rdma.DeviceConfig) (rdma.Device, error) { return verbs.Open(cfg) }
+	providers[verbs.ProviderName] = verbs.Open
 }
