@@ -57,7 +57,7 @@ func stepBench(ctx context.Context, c *cluster, r *report) error {
 			return ctx.Err()
 		}
 	}
-	os.WriteFile(filepath.Join(c.runDir(), "bench.json"), []byte(out), 0o644)
+	os.WriteFile(filepath.Join(c.runDir, "bench.json"), []byte(out), 0o644)
 	if err != nil {
 		return fmt.Errorf("client: %v\n%s\nserver:\n%s", err, tailString(out, 20), tailString(sj.output(), 10))
 	}

@@ -320,10 +320,11 @@ func runLogged(cmd *exec.Cmd, procs *procTable) error {
 
 // cluster is the running guests and their hub.
 type cluster struct {
-	vms   []*vm
-	hub   *hub
-	procs *procTable
-	share string
+	vms    []*vm
+	hub    *hub
+	procs  *procTable
+	share  string
+	runDir string // logs and sockets (bootConfig.RunDir)
 	// octoctlErr is why octoctl did not build, if it did not.
 	octoctlErr string
 	// baseline holds perftest's figures for the bench step.
@@ -334,7 +335,7 @@ type cluster struct {
 // the first guest's NIC listens and the second's connects to it (QEMU's
 // stream netdev carries one peer), one process fewer on every frame's way.
 func startCluster(ctx context.Context, bc bootConfig, n int, direct bool, procs *procTable) (*cluster, error) {
-	c := &cluster{procs: procs}
+	c := &cluster{procs: procs, runDir: bc.RunDir}
 	if !direct {
 		h, err := newHub(bc.HubSock)
 		if err != nil {

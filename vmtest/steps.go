@@ -126,7 +126,7 @@ func stepConformance(ctx context.Context, c *cluster, r *report) error {
 	// hot path); the devdax test has its own step.
 	out, runErr := v.run(ctx, 7*time.Minute, []string{"OCTOFS_VERBS_DEVICE=rxe0"},
 		"/mnt/host/bin/verbs.test", "-test.v", "-test.skip", "^(TestDevDaxRegion|TestFsDaxRefused)$", "-test.timeout", "6m")
-	logPath := filepath.Join(c.runDir(), "conformance.log")
+	logPath := filepath.Join(c.runDir, "conformance.log")
 	os.WriteFile(logPath, []byte(out), 0o644)
 	tests := leaves(parseGoTestV(out))
 	if len(tests) == 0 {
@@ -267,7 +267,7 @@ func stepPerftest(ctx context.Context, c *cluster, r *report) error {
 		}
 		out, err := cli.run(ctx, 90*time.Second, nil, append(common, "-x", strconv.Itoa(cg), srv.spec.IP)...)
 		sout, serr := sj.wait(ctx, 30*time.Second)
-		os.WriteFile(filepath.Join(c.runDir(), "perftest-"+pt.key+".log"), []byte(out), 0o644)
+		os.WriteFile(filepath.Join(c.runDir, "perftest-"+pt.key+".log"), []byte(out), 0o644)
 		if err != nil {
 			r.fail("perftest/"+pt.key, fmt.Sprintf("client: %v\n%s\nserver: %v\n%s", err, tailString(out, 15), serr, tailString(sout, 10)))
 			continue
@@ -348,11 +348,4 @@ func tailString(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func (c *cluster) runDir() string {
-	if len(c.vms) > 0 && c.vms[0] != nil {
-		return filepath.Dir(c.vms[0].console)
-	}
-	return os.TempDir()
 }

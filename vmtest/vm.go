@@ -274,7 +274,10 @@ func (j *job) wait(ctx context.Context, timeout time.Duration) (string, error) {
 	case <-j.done:
 	case <-t.C:
 		j.kill()
-		<-j.doneOr(5 * time.Second)
+		select { // give the guest a moment to report the killed job's end
+		case <-j.done:
+		case <-time.After(5 * time.Second):
+		}
 		return j.output(), fmt.Errorf("%s: %q timed out after %v", j.vm.spec.Name, j.name, timeout)
 	case <-ctx.Done():
 		j.kill()
@@ -288,18 +291,6 @@ func (j *job) wait(ctx context.Context, timeout time.Duration) (string, error) {
 		return j.output(), fmt.Errorf("%s: %q: %s", j.vm.spec.Name, j.name, msg)
 	}
 	return j.output(), nil
-}
-
-func (j *job) doneOr(d time.Duration) <-chan struct{} {
-	c := make(chan struct{})
-	go func() {
-		select {
-		case <-j.done:
-		case <-time.After(d):
-		}
-		close(c)
-	}()
-	return c
 }
 
 func (j *job) output() string {
@@ -390,9 +381,5 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return tailString(string(b), n)
 }
