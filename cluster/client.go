@@ -217,15 +217,8 @@ func (c *AdminClient) write(ctx context.Context, path string, in, out any) error
 		default:
 			return err
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || !sleepCtx(ctx, backoff) {
 			return err
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
 	}
