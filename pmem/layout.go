@@ -77,19 +77,6 @@ func (u UUID) String() string {
 // MarshalText makes UUIDs print as strings in JSON.
 func (u UUID) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
 
-// ParseUUID parses the 36-character form.
-func ParseUUID(s string) (UUID, error) {
-	var u UUID
-	clean := bytes.ReplaceAll([]byte(s), []byte("-"), nil)
-	if len(clean) != 32 {
-		return u, fmt.Errorf("pmem: bad uuid %q", s)
-	}
-	if _, err := hex.Decode(u[:], clean); err != nil {
-		return u, fmt.Errorf("pmem: bad uuid %q: %v", s, err)
-	}
-	return u, nil
-}
-
 // Geometry is where each area of a region lies. The primary fields
 // (sizes and counts) determine the offsets; decode recomputes the offsets
 // and rejects a superblock whose stored offsets disagree, which bounds

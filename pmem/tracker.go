@@ -197,13 +197,6 @@ func (t *Tracker) Fence() error {
 	return nil
 }
 
-// DirtyLines counts lines whose content is not yet certain to be durable.
-func (t *Tracker) DirtyLines() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.lines)
-}
-
 // CrashImage returns what the medium could hold if power failed now,
 // drawing the fate of each not-yet-durable line from rng.
 func (t *Tracker) CrashImage(rng *rand.Rand) []byte {
@@ -241,11 +234,4 @@ func (t *Tracker) CrashImage(rng *rand.Rand) []byte {
 		}
 	}
 	return img
-}
-
-// DurableImage returns a copy of what is certain to survive.
-func (t *Tracker) DurableImage() []byte {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return slices.Clone(t.durable)
 }
