@@ -61,6 +61,7 @@ func (h *hub) serve(p *hubPort) {
 	defer h.drop(p)
 	var hdr [4]byte
 	buf := make([]byte, 4+maxFrame)
+	var targets []*hubPort // reused: one frame at a time
 	for {
 		if _, err := io.ReadFull(p.c, hdr[:]); err != nil {
 			return
@@ -80,10 +81,10 @@ func (h *hub) serve(p *hubPort) {
 		h.mu.Lock()
 		h.macs[src] = p
 		out, known := h.macs[dst]
-		var targets []*hubPort
+		targets = targets[:0]
 		if known && dst[0]&1 == 0 {
 			if out != p {
-				targets = []*hubPort{out}
+				targets = append(targets, out)
 			}
 		} else {
 			for q := range h.ports {
