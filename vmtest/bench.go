@@ -197,18 +197,28 @@ func containsCell(row []string, v string) bool {
 
 var numUnit = regexp.MustCompile(`^\s*([0-9.]+)\s*([A-Za-zµ/]*)`)
 
-// parseBandwidth reads "35.2", "35.2 MiB/s", "1.2 GB/s" or "0.3 Gbit/s"
-// (the unit from the cell, else from the column name) as MiB/s.
-func parseBandwidth(cell, col string) (float64, bool) {
+// leadingNumber reads the number a cell starts with and the unit written
+// right after it ("" if none).
+func leadingNumber(cell string) (float64, string, bool) {
 	m := numUnit.FindStringSubmatch(cell)
 	if m == nil {
-		return 0, false
+		return 0, "", false
 	}
 	v, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {
+		return 0, "", false
+	}
+	return v, m[2], true
+}
+
+// parseBandwidth reads "35.2", "35.2 MiB/s", "1.2 GB/s" or "0.3 Gbit/s"
+// (the unit from the cell, else from the column name) as MiB/s.
+func parseBandwidth(cell, col string) (float64, bool) {
+	v, unit, ok := leadingNumber(cell)
+	if !ok {
 		return 0, false
 	}
-	unit := strings.ToLower(m[2])
+	unit = strings.ToLower(unit)
 	if unit == "" {
 		unit = col
 	}
@@ -235,12 +245,8 @@ func parseLatency(cell, col string) (float64, bool) {
 	if d, err := time.ParseDuration(strings.TrimSpace(strings.ReplaceAll(cell, "us", "µs"))); err == nil {
 		return float64(d) / float64(time.Microsecond), true
 	}
-	m := numUnit.FindStringSubmatch(cell)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
+	v, _, ok := leadingNumber(cell)
+	if !ok {
 		return 0, false
 	}
 	switch {

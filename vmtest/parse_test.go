@@ -49,8 +49,8 @@ func TestParsePerftest(t *testing.T) {
 		bw   bool
 		want float64
 	}{
-		{"testdata/ib_write_bw.txt", true, 0},
-		{"testdata/ib_read_lat.txt", false, 0},
+		{"testdata/ib_write_bw.txt", true, 6.32},     // BW average, not BW peak
+		{"testdata/ib_read_lat.txt", false, 1303.11}, // t_typical, not t_min or t_avg
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			b, err := os.ReadFile(tc.file)
@@ -61,8 +61,8 @@ func TestParsePerftest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.value <= 0 {
-				t.Fatalf("parsePerftest = %+v, want a positive figure", got)
+			if got.value != tc.want {
+				t.Fatalf("parsePerftest = %+v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -83,18 +83,20 @@ func TestFindBench(t *testing.T) {
 			tables = append(tables, tb)
 		}
 	}
+	// The octoctl figures, not the TCP baseline's or a tail percentile.
 	for _, tc := range []struct {
 		op, size string
 		bw       bool
+		want     float64
 	}{
-		{"RDMA_WRITE", "1MiB", true},
-		{"RDMA_READ", "1MiB", true},
-		{"RDMA_READ", "8B", false},
-		{"SEND", "8B", false},
+		{"RDMA_WRITE", "1MiB", true, 11.7},
+		{"RDMA_READ", "1MiB", true, 16.7},
+		{"RDMA_READ", "8B", false, 1324.7},
+		{"SEND", "8B", false, 7920.5},
 	} {
 		got, ok := findBench(tables, tc.op, tc.size, tc.bw)
-		if !ok || got.value <= 0 {
-			t.Errorf("findBench(%s %s) = %+v, %v; want a figure", tc.op, tc.size, got, ok)
+		if !ok || got.value != tc.want {
+			t.Errorf("findBench(%s %s) = %+v, %v; want %v", tc.op, tc.size, got, ok, tc.want)
 		}
 	}
 	if _, ok := findBench(tables, "RDMA_WRITE", "8B", false); ok {
