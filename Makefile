@@ -98,7 +98,7 @@ verbs-build: $(STATICCHECK)
 # QEMU guests joined by a virtual link with Soft-RoCE (rxe): the verbs
 # provider's conformance suite, perftest and octoctl bench rdma side by
 # side (vmtest/). Not part of make test. VMTEST_FLAGS: e.g. -steps
-# conformance, -vms 3, -keep, -v.
+# conformance, -vms 3, -keep, -exec vm2:dmesg.
 VMTEST_FLAGS ?=
 vm-test:
 	@./vmtest/host-deps.sh
