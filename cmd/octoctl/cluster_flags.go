@@ -81,9 +81,14 @@ func (f *clusterFlags) tlsConfig() (*tls.Config, error) {
 	return nil, nil
 }
 
-// client returns an admin client; needToken makes a missing token an
-// error with advice instead of a refused request.
+// client returns an admin client for --server; needToken makes a missing
+// token an error with advice instead of a refused request.
 func (f *clusterFlags) client(needToken bool) (*cluster.AdminClient, error) {
+	return f.clientFor(f.servers, needToken)
+}
+
+// clientFor is client for other servers than --server.
+func (f *clusterFlags) clientFor(servers []string, needToken bool) (*cluster.AdminClient, error) {
 	tok, err := f.tokenValue()
 	if err != nil {
 		return nil, err
@@ -95,11 +100,30 @@ func (f *clusterFlags) client(needToken bool) (*cluster.AdminClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cluster.NewAdminClient(f.servers, tok, tc), nil
+	return cluster.NewAdminClient(servers, tok, tc), nil
 }
 
 func (f *clusterFlags) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(cmd.Context(), f.timeout)
+}
+
+// show runs one read against --server and prints the answer: as JSON with
+// --json, for people with human otherwise.
+func show[T any](cmd *cobra.Command, f *clusterFlags, get func(*cluster.AdminClient, context.Context) (T, error), human func(io.Writer, T) error) error {
+	c, err := f.client(false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := f.context(cmd)
+	defer cancel()
+	v, err := get(c, ctx)
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return printJSON(cmd.OutOrStdout(), v)
+	}
+	return human(cmd.OutOrStdout(), v)
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -21,20 +21,12 @@ call. It joins as a raft non-voter, is marked up once it has caught up, and
 is promoted to voter while the cluster has fewer than --max-voters voters.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tok, err := f.tokenValue()
-			if err != nil {
-				return err
-			}
-			if tok == "" {
-				return fmt.Errorf("join needs the cluster token: pass --token-file <data-dir>/token (of any member), --token or OCTOFS_TOKEN")
-			}
-			tc, err := f.tlsConfig()
+			node, err := f.clientFor([]string{args[0]}, true)
 			if err != nil {
 				return err
 			}
 			ctx, cancel := f.context(cmd)
 			defer cancel()
-			node := cluster.NewAdminClient([]string{args[0]}, tok, tc)
 			if err := node.SelfJoin(ctx, f.servers); err != nil {
 				return fmt.Errorf("join %s: %w", args[0], err)
 			}

@@ -2,7 +2,7 @@ package main
 
 import (
 	"fmt"
-	"slices"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -18,49 +18,40 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the cluster's leader, epoch, voters and node states",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client(false)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.context(cmd)
-			defer cancel()
-			s, err := c.Status(ctx)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), s)
-			}
-			leader := "none yet (election in progress, or no majority of voters running)"
-			if s.Leader != "" {
-				leader = fmt.Sprintf("%s (%s)", s.Leader, dash(s.LeaderAdminAddr))
-			}
-			var states []string
-			for _, st := range []cluster.NodeState{cluster.StateUp, cluster.StateJoining, cluster.StateDown, cluster.StateDraining, cluster.StateRemoved} {
-				if k := s.NodeStates[st]; k > 0 {
-					states = append(states, fmt.Sprintf("%d %s", k, st))
-				}
-			}
-			t := newTable(cmd.OutOrStdout(), "Cluster", dash(s.ClusterID))
-			t.row("Epoch", strconv.FormatUint(s.Epoch, 10))
-			t.row("Leader", leader)
-			t.row("Term", strconv.FormatUint(s.Term, 10))
-			t.row("Nodes", dash(strings.Join(states, ", ")))
-			t.row("Voters", joinIDs(s.Voters))
-			t.row("Non-voters", joinIDs(s.NonVoters))
-			t.row("Partitions", strconv.Itoa(s.Partitions))
-			t.row("Answered by", fmt.Sprintf("%s (%s, node %s, commit %d, applied %d)", s.NodeID, s.RaftState, dash(string(s.NodeState)), s.CommitIndex, s.AppliedIndex))
-			if s.NodeState == cluster.StateRemoved {
-				t.row("Note", "this node was removed from the cluster: stop it and wipe its data directory; ask another node for the cluster's status")
-			}
-			if !s.Joined {
-				t.row("Note", "this node is not in a cluster yet: add it with `octoctl join ADDR --server MEMBER`")
-			}
-			return t.flush()
+			return show(cmd, f, (*cluster.AdminClient).Status, printStatus)
 		},
 	}
 	f = addClusterFlags(cmd)
 	return cmd
+}
+
+func printStatus(w io.Writer, s *cluster.Status) error {
+	leader := "none yet (election in progress, or no majority of voters running)"
+	if s.Leader != "" {
+		leader = fmt.Sprintf("%s (%s)", s.Leader, dash(s.LeaderAdminAddr))
+	}
+	var states []string
+	for _, st := range []cluster.NodeState{cluster.StateUp, cluster.StateJoining, cluster.StateDown, cluster.StateDraining, cluster.StateRemoved} {
+		if k := s.NodeStates[st]; k > 0 {
+			states = append(states, fmt.Sprintf("%d %s", k, st))
+		}
+	}
+	t := newTable(w, "Cluster", dash(s.ClusterID))
+	t.row("Epoch", strconv.FormatUint(s.Epoch, 10))
+	t.row("Leader", leader)
+	t.row("Term", strconv.FormatUint(s.Term, 10))
+	t.row("Nodes", dash(strings.Join(states, ", ")))
+	t.row("Voters", joinIDs(s.Voters))
+	t.row("Non-voters", joinIDs(s.NonVoters))
+	t.row("Partitions", strconv.Itoa(s.Partitions))
+	t.row("Answered by", fmt.Sprintf("%s (%s, node %s, commit %d, applied %d)", s.NodeID, s.RaftState, dash(string(s.NodeState)), s.CommitIndex, s.AppliedIndex))
+	if s.NodeState == cluster.StateRemoved {
+		t.row("Note", "this node was removed from the cluster: stop it and wipe its data directory; ask another node for the cluster's status")
+	}
+	if !s.Joined {
+		t.row("Note", "this node is not in a cluster yet: add it with `octoctl join ADDR --server MEMBER`")
+	}
+	return t.flush()
 }
 
 func newNodesCmd() *cobra.Command {
@@ -70,40 +61,31 @@ func newNodesCmd() *cobra.Command {
 		Short: "List the nodes with state, raft suffrage, partitions and heartbeat age",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client(false)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.context(cmd)
-			defer cancel()
-			r, err := c.Nodes(ctx)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), r)
-			}
-			t := newTable(cmd.OutOrStdout(), "ID", "STATE", "RAFT", "PARTITIONS", "ADMIN", "RAFT ADDR", "RDMA", "HEARTBEAT")
-			for _, n := range r.Nodes {
-				role := n.Suffrage
-				if n.Leader {
-					role += " (leader)"
-				}
-				hb := "-"
-				if n.HeartbeatAgeMillis >= 0 {
-					hb = (time.Duration(n.HeartbeatAgeMillis) * time.Millisecond).String() + " ago"
-				}
-				t.row(string(n.ID), string(n.State), role, strconv.Itoa(n.Partitions), n.AdminAddr, n.RaftAddr, dash(n.RDMAAddr), hb)
-			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "epoch %d, as seen by %s\n", r.Epoch, r.From)
-			return nil
+			return show(cmd, f, (*cluster.AdminClient).Nodes, printNodes)
 		},
 	}
 	f = addClusterFlags(cmd)
 	return cmd
+}
+
+func printNodes(w io.Writer, r *cluster.NodesResponse) error {
+	t := newTable(w, "ID", "STATE", "RAFT", "PARTITIONS", "ADMIN", "RAFT ADDR", "RDMA", "HEARTBEAT")
+	for _, n := range r.Nodes {
+		role := n.Suffrage
+		if n.Leader {
+			role += " (leader)"
+		}
+		hb := "-"
+		if n.HeartbeatAgeMillis >= 0 {
+			hb = (time.Duration(n.HeartbeatAgeMillis) * time.Millisecond).String() + " ago"
+		}
+		t.row(string(n.ID), string(n.State), role, strconv.Itoa(n.Partitions), n.AdminAddr, n.RaftAddr, dash(n.RDMAAddr), hb)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "epoch %d, as seen by %s\n", r.Epoch, r.From)
+	return nil
 }
 
 func newMapCmd() *cobra.Command {
@@ -118,52 +100,44 @@ func newMapCmd() *cobra.Command {
 withheld and the map is marked redacted; with --token-file they are shown.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.client(false)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.context(cmd)
-			defer cancel()
-			m, err := c.Map(ctx)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), m)
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "cluster %s, epoch %d, %d partitions", dash(m.ClusterID), m.Epoch, len(m.Partitions))
-			if m.Redacted {
-				fmt.Fprint(w, " (rkeys withheld: pass the token to see them)")
-			}
-			fmt.Fprintln(w)
-			counts := m.PartitionCounts()
-			t := newTable(w, "ID", "STATE", "SINCE", "PARTITIONS", "RDMA", "REGION", "LENGTH", "RKEY")
-			for _, n := range m.Nodes {
-				rkey := fmt.Sprintf("%#x", n.Region.RKey)
-				if m.Redacted {
-					rkey = "(withheld)"
-				}
-				t.row(string(n.ID), string(n.State), "epoch "+strconv.FormatUint(n.StateEpoch, 10), strconv.Itoa(counts[n.ID]),
-					dash(n.RDMAAddr), dash(n.Region.UUID), strconv.FormatUint(n.Region.Length, 10), rkey)
-			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			if partitions {
-				fmt.Fprintln(w)
-				pt := newTable(w, "PARTITIONS", "OWNER")
-				for _, r := range partitionRanges(m.Partitions) {
-					pt.row(r.span(), string(r.owner))
-				}
-				return pt.flush()
-			}
-			return nil
+			return show(cmd, f, (*cluster.AdminClient).Map, func(w io.Writer, m *cluster.Map) error {
+				return printMap(w, m, partitions)
+			})
 		},
 	}
 	f = addClusterFlags(cmd)
 	cmd.Flags().BoolVar(&partitions, "partitions", false, "also list partition ranges and their owners")
 	return cmd
+}
+
+func printMap(w io.Writer, m *cluster.Map, partitions bool) error {
+	fmt.Fprintf(w, "cluster %s, epoch %d, %d partitions", dash(m.ClusterID), m.Epoch, len(m.Partitions))
+	if m.Redacted {
+		fmt.Fprint(w, " (rkeys withheld: pass the token to see them)")
+	}
+	fmt.Fprintln(w)
+	counts := m.PartitionCounts()
+	t := newTable(w, "ID", "STATE", "SINCE", "PARTITIONS", "RDMA", "REGION", "LENGTH", "RKEY")
+	for _, n := range m.Nodes {
+		rkey := fmt.Sprintf("%#x", n.Region.RKey)
+		if m.Redacted {
+			rkey = "(withheld)"
+		}
+		t.row(string(n.ID), string(n.State), "epoch "+strconv.FormatUint(n.StateEpoch, 10), strconv.Itoa(counts[n.ID]),
+			dash(n.RDMAAddr), dash(n.Region.UUID), strconv.FormatUint(n.Region.Length, 10), rkey)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if !partitions {
+		return nil
+	}
+	fmt.Fprintln(w)
+	pt := newTable(w, "PARTITIONS", "OWNER")
+	for _, r := range partitionRanges(m.Partitions) {
+		pt.row(r.span(), string(r.owner))
+	}
+	return pt.flush()
 }
 
 type partitionRange struct {
@@ -188,6 +162,5 @@ func partitionRanges(table []cluster.NodeID) []partitionRange {
 		}
 		out = append(out, partitionRange{first: p, last: p, owner: id})
 	}
-	slices.SortStableFunc(out, func(a, b partitionRange) int { return a.first - b.first })
 	return out
 }
