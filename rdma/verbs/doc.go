@@ -23,9 +23,10 @@
 //     RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
 //   - Device selection: DeviceConfig.Device names the device, else the
 //     first one whose port is active. DeviceConfig.Port 0 means port 1.
-//     DeviceConfig.GIDIndex < 0 picks a RoCE v2 GID automatically (an
-//     IPv4-mapped one first, then a global IPv6 one, then link-local);
-//     >= 0 uses that index. InfiniBand ports address peers by LID.
+//     DeviceConfig.GIDIndex rdma.AutoGID (any negative) picks a RoCE v2
+//     GID automatically (an IPv4-mapped one first, then a global IPv6
+//     one, then link-local); >= 0 uses that index. InfiniBand ports
+//     address peers by LID.
 //   - Work requests are validated before they reach the device (opcode,
 //     SGE count, inline size, atomic length and alignment against the
 //     queue pair's requested, not rounded-up, capacities) so that every
