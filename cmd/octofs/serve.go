@@ -309,23 +309,20 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		"data_dir", o.dataDir, "token_file", filepath.Join(o.dataDir, cluster.TokenFile))
 	bindCtx, stopBind := context.WithCancel(ctx)
 	defer stopBind()
-	bound := make(chan error, 1)
-	go func() { bound <- bindStorage(bindCtx, n, storage) }()
+	// Only a refused binding ends serving; a bound region (or none) serves on.
+	refused := make(chan error, 1)
+	go func() {
+		if err := bindStorage(bindCtx, n, storage); err != nil {
+			refused <- err
+		}
+	}()
 	var failure error
 	select {
 	case <-ctx.Done():
 		log.Info("signal received; shutting down")
 	case <-n.Done():
-	case failure = <-bound:
-		if failure != nil {
-			log.Error("refusing to serve", "err", failure)
-			break
-		}
-		select {
-		case <-ctx.Done():
-			log.Info("signal received; shutting down")
-		case <-n.Done():
-		}
+	case failure = <-refused:
+		log.Error("refusing to serve", "err", failure)
 	}
 	if failure == nil {
 		failure = n.Err()
