@@ -166,8 +166,8 @@ func (tc *testCluster) client(n *Node, token string) *AdminClient {
 	return c
 }
 
-// allUp reports whether every running node sees the same map epoch with
-// want nodes up.
+// converged reports whether every running node sees the same map epoch
+// with want nodes up.
 func (tc *testCluster) converged(want int) bool {
 	var epoch uint64
 	for _, n := range tc.nodes {
@@ -413,7 +413,6 @@ func mustConfig(t *testing.T, n *Node) raft.Configuration {
 func TestFailureDetectionAndWatch(t *testing.T) {
 	tc := newTestCluster(t)
 	n1, n2, n3 := tc.formThree()
-	_ = n2
 	// A client watching over the admin API (the way metadata, dataplane
 	// and FUSE clients will).
 	rm, err := WatchRemote(context.Background(), NewAdminClient([]string{n1.AdminAddr(), n2.AdminAddr()}, n1.Token(), nil), 2*time.Second, tc.log)
@@ -442,8 +441,8 @@ func TestFailureDetectionAndWatch(t *testing.T) {
 	}
 	t.Logf("%s killed; watcher saw it down after %v (DownAfter %v)", id, downAt.Sub(killed).Round(time.Millisecond), tc.config(id).DownAfter)
 
-	// Publication latency: an in-process watcher and the remote one learn
-	// the next epoch.
+	// Publication latency: the remote watcher learns the next epoch, the
+	// restarted node marked up.
 	restart := time.Now()
 	tc.start(tc.config(id), addr)
 	m, err := rm.Watch(ctx, rm.Current().Epoch)
@@ -536,7 +535,7 @@ func TestStartErrors(t *testing.T) {
 			tweak(&cfg)
 			cfg.AdminAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 			_, err := Start(cfg)
-			require.Error(t, err)
+			require.ErrorIs(t, err, ErrBadRequest)
 		})
 	}
 	// A join with the wrong token is refused and reported through Done.
@@ -555,8 +554,7 @@ func TestStartErrors(t *testing.T) {
 }
 
 // TestRestartFromSnapshot: a node restarts from a raft snapshot file (not
-// only from log replay) and has the same map; a node that joins later
-// receives the snapshot.
+// only from log replay) and has the same map.
 func TestRestartFromSnapshot(t *testing.T) {
 	tc := newTestCluster(t)
 	n1 := tc.bootstrap("n1")

@@ -167,11 +167,19 @@ func TestFSMRefusesUnknownCommands(t *testing.T) {
 	f := newFSM(slog.New(slog.NewTextHandler(&logs, nil)))
 	m := testMap(t, 8, "a", "b")
 	f.set(m)
-	for i, data := range []string{`{"v":1,"type":"explode"}`, `{"v":9,"type":"drain","target":"a"}`, `garbage`, `{"v":1,"type":"drain","target":"nobody"}`} {
-		resp := f.Apply(&raft.Log{Index: uint64(10 + i), Type: raft.LogCommand, Data: []byte(data)})
+	for i, tc := range []struct {
+		data string
+		want error
+	}{
+		{`{"v":1,"type":"explode"}`, ErrUnknownCommand},
+		{`{"v":9,"type":"drain","target":"a"}`, ErrUnsupportedVersion},
+		{`garbage`, ErrMalformed},
+		{`{"v":1,"type":"drain","target":"nobody"}`, ErrUnknownNode},
+	} {
+		resp := f.Apply(&raft.Log{Index: uint64(10 + i), Type: raft.LogCommand, Data: []byte(tc.data)})
 		err, ok := resp.(error)
 		require.True(t, ok, "response %T", resp)
-		require.Error(t, err)
+		require.ErrorIs(t, err, tc.want)
 		cur, _ := f.current()
 		require.Same(t, m, cur, "map must be unchanged")
 	}
