@@ -101,7 +101,8 @@ type apiError struct {
 	Error string `json:"error"`
 	// Code is machine-readable: no_leader, not_leader, unauthorized,
 	// unknown_node, node_exists, node_removed, no_eligible_nodes,
-	// bad_transition, bad_request, not_initialized, internal.
+	// bad_transition, bad_request, not_initialized, unsupported_version,
+	// closed, internal (see errorCodes).
 	Code string `json:"code"`
 	// LeaderID and LeaderAddr are set with not_leader.
 	LeaderID   NodeID `json:"leader_id,omitempty"`
