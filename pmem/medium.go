@@ -112,6 +112,22 @@ type Medium interface {
 	Close() error
 }
 
+// FileOptions says how to open a region file (OpenFileMedium; Linux only).
+type FileOptions struct {
+	// Require refuses backings weaker than this.
+	Require Requirement
+	// Create creates (or extends) a regular file to Size bytes.
+	Create bool
+	// Size is the file size to create; ignored without Create.
+	Size int64
+	// Private maps the file copy-on-write: writes never reach the file.
+	// fsck uses it to recover and check a region without changing it.
+	Private bool
+	// SysfsRoot is where sysfs is mounted ("/sys" when empty); tests point
+	// it elsewhere.
+	SysfsRoot string
+}
+
 // StoreObserver is implemented by media that want to see every store the
 // region makes (Tracker). Stored is called after the bytes changed.
 type StoreObserver interface {

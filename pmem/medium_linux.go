@@ -27,22 +27,6 @@ type FileMedium struct {
 
 var _ Medium = (*FileMedium)(nil)
 
-// FileOptions says how to open a region file.
-type FileOptions struct {
-	// Require refuses backings weaker than this.
-	Require Requirement
-	// Create creates (or extends) a regular file to Size bytes.
-	Create bool
-	// Size is the file size to create; ignored without Create.
-	Size int64
-	// Private maps the file copy-on-write: writes never reach the file.
-	// fsck uses it to recover and check a region without changing it.
-	Private bool
-	// SysfsRoot is where sysfs is mounted ("/sys" when empty); tests point
-	// it elsewhere.
-	SysfsRoot string
-}
-
 // OpenFileMedium opens and maps path: a device-DAX device, a file on a DAX
 // file system, a plain file or a file on tmpfs. It reports the mode it got
 // in Info and refuses the path when it does not meet opts.Require.

@@ -4,15 +4,6 @@ package pmem
 
 import "fmt"
 
-// FileOptions says how to open a region file.
-type FileOptions struct {
-	Require   Requirement
-	Create    bool
-	Size      int64
-	Private   bool
-	SysfsRoot string
-}
-
 // FileMedium is unavailable off Linux.
 type FileMedium struct{ MemMedium }
 
