@@ -220,13 +220,13 @@ var errAbort = errors.New("abort on purpose")
 func (w *workload) build(r *pmem.Region, tx *pmem.Tx, next *model) error {
 	switch op := w.rng.IntN(100); {
 	case op < 25: // allocate a record, maybe with data, maybe rooted
-		id, err := tx.AllocRecord(uint16(1 + w.rng.IntN(3)))
+		kind := uint16(1 + w.rng.IntN(3))
+		id, err := tx.AllocRecord(kind)
 		if err != nil {
 			return err
 		}
-		mr := modelRecord{kind: 0, payload: make([]uint64, w.payload)}
+		mr := modelRecord{kind: kind, payload: make([]uint64, w.payload)}
 		rec, _ := r.Record(id)
-		mr.kind = 0
 		for i := range 2 {
 			v := w.rng.Uint64()
 			if err := tx.Write8(rec.PayloadOff+8*uint64(i), v); err != nil {
@@ -234,8 +234,6 @@ func (w *workload) build(r *pmem.Region, tx *pmem.Tx, next *model) error {
 			}
 			mr.payload[i] = v
 		}
-		k, _ := tx.Read8(r.Geometry().RecordOff + (uint64(id)-1)*uint64(r.Geometry().RecordSize))
-		mr.kind = uint16(k)
 		next.records[id] = mr
 		for range w.rng.IntN(3) {
 			if err := w.allocExtent(r, tx, next, id); err != nil {
