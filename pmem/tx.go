@@ -3,6 +3,7 @@ package pmem
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // Tx is a failure-atomic transaction: the 8-byte-aligned writes it logs,
@@ -230,31 +231,20 @@ func (tx *Tx) FreeRecord(id RecordID) error {
 	if err := tx.check(); err != nil {
 		return err
 	}
-	r := tx.r
-	if err := r.checkID(id); err != nil {
-		return err
-	}
-	h, err := r.readHeader(id, tx.load)
+	h, err := tx.liveHeader(id)
 	if err != nil {
 		return err
 	}
-	if !h.inUse() {
-		return fmt.Errorf("%w: record %d is not allocated", ErrBadAddress, id)
-	}
-	off := r.recordOff(id)
 	for i, e := range h.Extents {
 		if err := tx.freeBlocks(e); err != nil {
 			return err
 		}
-		so := off + recordHdrSize + uint64(i)*extentEntrySize
-		if err := tx.log(logEntry{op: opSet, off: so, val: 0}); err != nil {
-			return err
-		}
-		if err := tx.log(logEntry{op: opSet, off: so + 8, val: 0}); err != nil {
+		if err := tx.logExtentSlot(id, i, Extent{}); err != nil {
 			return err
 		}
 	}
-	if err := tx.log(logEntry{op: opSet, off: off, val: 0}); err != nil {
+	r := tx.r
+	if err := tx.log(logEntry{op: opSet, off: r.recordOff(id), val: 0}); err != nil {
 		return err
 	}
 	idx := uint64(id) - 1
@@ -274,15 +264,9 @@ func (tx *Tx) AllocExtent(owner RecordID, count uint64) (Extent, error) {
 	}
 	r := tx.r
 	g := r.geo
-	if err := r.checkID(owner); err != nil {
-		return Extent{}, err
-	}
-	h, err := r.readHeader(owner, tx.load)
+	h, err := tx.liveHeader(owner)
 	if err != nil {
 		return Extent{}, err
-	}
-	if !h.inUse() {
-		return Extent{}, fmt.Errorf("%w: owner record %d is not allocated", ErrBadAddress, owner)
 	}
 	if len(h.Extents) >= int(g.ExtentSlots) {
 		return Extent{}, fmt.Errorf("%w: record %d already owns %d extents", ErrRecordFull, owner, g.ExtentSlots)
@@ -305,16 +289,11 @@ func (tx *Tx) AllocExtent(owner RecordID, count uint64) (Extent, error) {
 	if err := tx.bitOps(opOr, e); err != nil {
 		return Extent{}, err
 	}
-	off := r.recordOff(owner)
 	n := len(h.Extents)
-	so := off + recordHdrSize + uint64(n)*extentEntrySize
-	if err := tx.log(logEntry{op: opSet, off: so, val: e.Start}); err != nil {
+	if err := tx.logExtentSlot(owner, n, e); err != nil {
 		return Extent{}, err
 	}
-	if err := tx.log(logEntry{op: opSet, off: so + 8, val: e.Count}); err != nil {
-		return Extent{}, err
-	}
-	if err := tx.log(logEntry{op: opSet, off: off, val: encodeHeaderWord0(h.Kind, n+1)}); err != nil {
+	if err := tx.log(logEntry{op: opSet, off: r.recordOff(owner), val: encodeHeaderWord0(h.Kind, n+1)}); err != nil {
 		return Extent{}, err
 	}
 	tx.fresh = append(tx.fresh, span{r.ExtentOffset(e), e.Count * uint64(g.BlockSize)})
@@ -327,46 +306,55 @@ func (tx *Tx) FreeExtent(owner RecordID, e Extent) error {
 	if err := tx.check(); err != nil {
 		return err
 	}
-	r := tx.r
-	if err := r.checkID(owner); err != nil {
-		return err
-	}
-	h, err := r.readHeader(owner, tx.load)
+	h, err := tx.liveHeader(owner)
 	if err != nil {
 		return err
 	}
-	at := -1
-	for i, x := range h.Extents {
-		if x == e {
-			at = i
-		}
-	}
-	if !h.inUse() || at < 0 {
+	at := slices.Index(h.Extents, e)
+	if at < 0 {
 		return fmt.Errorf("%w: record %d does not own %v", ErrBadAddress, owner, e)
 	}
 	if err := tx.freeBlocks(e); err != nil {
 		return err
 	}
 	// Keep the used slots dense: move the last one into the hole.
-	off := r.recordOff(owner)
 	last := len(h.Extents) - 1
-	slot := func(i int) uint64 { return off + recordHdrSize + uint64(i)*extentEntrySize }
 	if at != last {
-		l := h.Extents[last]
-		if err := tx.log(logEntry{op: opSet, off: slot(at), val: l.Start}); err != nil {
-			return err
-		}
-		if err := tx.log(logEntry{op: opSet, off: slot(at) + 8, val: l.Count}); err != nil {
+		if err := tx.logExtentSlot(owner, at, h.Extents[last]); err != nil {
 			return err
 		}
 	}
-	if err := tx.log(logEntry{op: opSet, off: slot(last), val: 0}); err != nil {
+	if err := tx.logExtentSlot(owner, last, Extent{}); err != nil {
 		return err
 	}
-	if err := tx.log(logEntry{op: opSet, off: slot(last) + 8, val: 0}); err != nil {
+	return tx.log(logEntry{op: opSet, off: tx.r.recordOff(owner), val: encodeHeaderWord0(h.Kind, last)})
+}
+
+// liveHeader reads record id's header as this transaction leaves it; the
+// record must be allocated.
+func (tx *Tx) liveHeader(id RecordID) (recordHeader, error) {
+	r := tx.r
+	if err := r.checkID(id); err != nil {
+		return recordHeader{}, err
+	}
+	h, err := r.readHeader(id, tx.load)
+	if err != nil {
+		return h, err
+	}
+	if !h.inUse() {
+		return h, fmt.Errorf("%w: record %d is not allocated", ErrBadAddress, id)
+	}
+	return h, nil
+}
+
+// logExtentSlot logs extent slot i of record id = e; the zero Extent
+// clears the slot.
+func (tx *Tx) logExtentSlot(id RecordID, i int, e Extent) error {
+	off := tx.r.recordOff(id) + recordHdrSize + uint64(i)*extentEntrySize
+	if err := tx.log(logEntry{op: opSet, off: off, val: e.Start}); err != nil {
 		return err
 	}
-	return tx.log(logEntry{op: opSet, off: off, val: encodeHeaderWord0(h.Kind, last)})
+	return tx.log(logEntry{op: opSet, off: off + 8, val: e.Count})
 }
 
 func (tx *Tx) freeBlocks(e Extent) error {
