@@ -137,12 +137,16 @@ func (c *checker) addFix(sev Severity, area, fixText string, entries []logEntry,
 // block bitmap against the extents owned by allocated records. It
 // changes nothing. Call it with no transaction in flight.
 func Check(r *Region) *Report {
-	c := r.check()
-	return c.rep
+	return r.check(true).rep
 }
 
-func (r *Region) check() *checker {
+// check checks every invariant; withRecovery first reports what opening
+// the region did.
+func (r *Region) check(withRecovery bool) *checker {
 	c := &checker{r: r, rep: &Report{Medium: r.info, Superblock: r.Superblock(), Recovery: r.recovery, Stats: r.Stats()}}
+	if withRecovery {
+		c.reportRecovery()
+	}
 	c.checkSuperblocks()
 	c.checkLog()
 	owned := c.checkRecords()
@@ -151,14 +155,28 @@ func (r *Region) check() *checker {
 	return c
 }
 
-func (c *checker) checkSuperblocks() {
+// reportRecovery reports what opening the region repaired or replayed.
+// Recovery's writes reach the medium unless it is mapped copy-on-write.
+func (c *checker) reportRecovery() {
 	r := c.r
 	rec := r.recovery
+	fixed := !r.info.CopyOnWrite && !r.opts.ReadOnly
 	if rec.SuperblockRepaired != "" {
-		fixed := r.info.Domain != DomainNone || r.info.Mode == ModeVolatile
 		i := c.add(SevWarning, "superblock", "rewrite it from the good copy", "superblock %s when the region was opened", rec.SuperblockRepaired)
-		c.rep.Findings[i].Repaired = fixed && !r.opts.ReadOnly
+		c.rep.Findings[i].Repaired = fixed
 	}
+	if n := rec.Replayed; n > 0 {
+		c.add(SevInfo, "log", "", "%d committed transaction(s) were replayed from the redo log (normal after a crash)", n)
+	}
+	for _, d := range rec.Discarded {
+		// Slots are discarded only under Options.DiscardCorruptLog.
+		i := c.add(SevError, "log", "discard the slot (the transaction's update is lost)", "damaged committed transaction: %s", d)
+		c.rep.Findings[i].Repaired = fixed
+	}
+}
+
+func (c *checker) checkSuperblocks() {
+	r := c.r
 	a, errA := DecodeSuperblock(r.buf[0:superblockSlot])
 	b, errB := DecodeSuperblock(r.buf[superblockSlot : 2*superblockSlot])
 	cur := r.Superblock()
@@ -176,13 +194,6 @@ func (c *checker) checkSuperblocks() {
 func (c *checker) checkLog() {
 	r := c.r
 	g := r.geo
-	if n := r.recovery.Replayed; n > 0 {
-		c.add(SevInfo, "log", "", "%d committed transaction(s) were replayed from the redo log (normal after a crash)", n)
-	}
-	for _, d := range r.recovery.Discarded {
-		i := c.add(SevError, "log", "discard the slot (the transaction's update is lost)", "damaged committed transaction: %s", d)
-		c.rep.Findings[i].Repaired = r.opts.DiscardCorruptLog && !r.opts.ReadOnly
-	}
 	for i := range int(g.LogSlots) {
 		if v := r.load8(g.slotOff(i)); v != 0 {
 			c.add(SevError, "log", "", "slot %d is still committed (seq %d) after recovery", i, v)
@@ -286,7 +297,7 @@ func (c *checker) checkBlocks(owned map[RecordID][]Extent) {
 		want.setRange(e.Start, e.Count)
 	}
 	var leaked, missing []string
-	var ents []logEntry
+	var free, alloc []logEntry
 	for w := range uint64(len(want.w)) {
 		have := r.load8(g.BlkBitmapOff + 8*w)
 		if w == uint64(len(want.w))-1 && g.NumBlocks%64 != 0 {
@@ -297,25 +308,18 @@ func (c *checker) checkBlocks(owned map[RecordID][]Extent) {
 		}
 		if x := have &^ want.w[w]; x != 0 {
 			leaked = append(leaked, bitList(w, x)...)
-			ents = append(ents, logEntry{op: opAndNot, off: g.BlkBitmapOff + 8*w, val: x})
+			free = append(free, logEntry{op: opAndNot, off: g.BlkBitmapOff + 8*w, val: x})
 		}
 		if x := want.w[w] &^ have; x != 0 {
 			missing = append(missing, bitList(w, x)...)
-			ents = append(ents, logEntry{op: opOr, off: g.BlkBitmapOff + 8*w, val: x})
+			alloc = append(alloc, logEntry{op: opOr, off: g.BlkBitmapOff + 8*w, val: x})
 		}
 	}
 	if len(leaked) > 0 {
-		c.add(SevError, "blocks", "mark them free", "%d block(s) allocated in the bitmap but owned by no record (leaked): %s", len(leaked), abbreviate(leaked))
+		c.addFix(SevError, "blocks", "mark them free", free, "%d block(s) allocated in the bitmap but owned by no record (leaked): %s", len(leaked), abbreviate(leaked))
 	}
 	if len(missing) > 0 {
-		c.add(SevError, "blocks", "mark them allocated", "%d block(s) owned by records but free in the bitmap (could be handed out twice): %s", len(missing), abbreviate(missing))
-	}
-	if len(ents) > 0 {
-		c.fixes = append(c.fixes, fix{finding: len(c.rep.Findings) - 1, entries: ents})
-		if len(leaked) > 0 && len(missing) > 0 {
-			// One fix covers both findings.
-			c.fixes = append(c.fixes, fix{finding: len(c.rep.Findings) - 2})
-		}
+		c.addFix(SevError, "blocks", "mark them allocated", alloc, "%d block(s) owned by records but free in the bitmap (could be handed out twice): %s", len(missing), abbreviate(missing))
 	}
 	c.checkTail("blocks", g.BlkBitmapOff, g.NumBlocks)
 }
@@ -369,7 +373,7 @@ func (c *checker) checkIndexes() {
 // no worse. It returns the report with repaired findings marked, followed
 // by anything a second check still finds.
 func Repair(ctx context.Context, r *Region) (*Report, error) {
-	c := r.check()
+	c := r.check(true)
 	for _, f := range c.fixes {
 		if err := r.applyFix(ctx, f.entries); err != nil {
 			return c.rep, fmt.Errorf("pmem: repair: %w", err)
@@ -377,21 +381,13 @@ func Repair(ctx context.Context, r *Region) (*Report, error) {
 		c.rep.Findings[f.finding].Repaired = true
 	}
 	r.rebuildIndexes()
-	after := r.check()
-	for _, f := range after.rep.Findings {
-		if f.Severity != SevInfo && !f.Repaired && !r.recoveryFinding(f) {
-			f.Message = "after repair: " + f.Message
-			c.rep.Findings = append(c.rep.Findings, f)
-		}
+	// What opening did is already reported; check the invariants again.
+	for _, f := range r.check(false).rep.Findings {
+		f.Message = "after repair: " + f.Message
+		c.rep.Findings = append(c.rep.Findings, f)
 	}
 	c.rep.Stats = r.Stats()
 	return c.rep, nil
-}
-
-// recoveryFinding reports whether f only restates what opening did.
-func (r *Region) recoveryFinding(f Finding) bool {
-	return (f.Area == "superblock" && strings.HasPrefix(f.Message, "superblock copy")) ||
-		(f.Area == "log" && strings.HasPrefix(f.Message, "damaged committed"))
 }
 
 func (r *Region) applyFix(ctx context.Context, entries []logEntry) error {

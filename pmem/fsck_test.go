@@ -51,6 +51,16 @@ func TestFsckFindsAndRepairs(t *testing.T) {
 			},
 			area: "blocks", message: "could be handed out twice", repairable: true,
 		},
+		"leaked and owned-but-free blocks at once": {
+			damage: func(r *Region, ids []RecordID) {
+				rec, _ := r.Record(ids[2])
+				e := rec.Extents[0]
+				w := r.geo.BlkBitmapOff + e.Start/64*8
+				r.store8(w, r.load8(w)&^(1<<(e.Start%64)))
+				r.store8(r.geo.BlkBitmapOff+8, 0xf0)
+			},
+			area: "blocks", message: "owned by no record (leaked)", repairable: true,
+		},
 		"record missing from the bitmap": {
 			damage: func(r *Region, ids []RecordID) {
 				idx := uint64(ids[1]) - 1
