@@ -321,8 +321,10 @@ func (r *responder) send(h *frameHeader) error {
 	if h.Type == frameSendImm {
 		wc.Imm, wc.HasImm = h.Imm, true
 	}
-	r.completeRecv(wc)
+	// Owe the acknowledgement before the receiver can see the
+	// completion: it may destroy its queue pair at once (see part).
 	r.done(h, true)
+	r.completeRecv(wc)
 	return nil
 }
 
@@ -343,11 +345,11 @@ func (r *responder) write(h *frameHeader) error {
 			return err
 		}
 	}
+	r.done(h, true) // before the completion, as in send
 	if withImm {
 		id, _ := r.popRecv()
 		r.completeRecv(rdma.WorkCompletion{ID: id, Opcode: rdma.WCRecvWriteWithImm, ByteLen: h.Length, Imm: h.Imm, HasImm: true})
 	}
-	r.done(h, true)
 	return nil
 }
 

@@ -123,3 +123,21 @@ func TestSmoke(t *testing.T) {
 	wc = waitOne(t, p.cqA)
 	require.Equal(t, rdma.WCSuccess, wc.Status)
 }
+
+// TestReceiverClosesAfterReceive: a receiver that destroys its queue pair
+// the moment its receive completes must not make the sender's SEND fail.
+// A NIC acknowledges on its own; the soft provider defers ACKs to batch
+// them, so it must still owe and send the ACK before the receiver sees
+// the completion.
+func TestReceiverClosesAfterReceive(t *testing.T) {
+	for i := range 30 {
+		p := newPair(t)
+		require.NoError(t, p.qpB.PostRecv([]rdma.RecvWR{{ID: 1, SGL: []rdma.SGE{{Addr: p.mrB.Addr(), Length: 64, LKey: p.mrB.LKey()}}}}))
+		require.NoError(t, p.qpA.PostSend([]rdma.SendWR{{ID: 2, Opcode: rdma.OpSendWithImm, Flags: rdma.SendSignaled, Imm: 7,
+			SGL: []rdma.SGE{{Addr: p.mrA.Addr(), Length: 8, LKey: p.mrA.LKey()}}}}))
+		require.Equal(t, rdma.WCSuccess, waitOne(t, p.cqB).Status)
+		require.NoError(t, p.qpB.Close())
+		wc := waitOne(t, p.cqA)
+		require.Equal(t, rdma.WCSuccess, wc.Status, "round %d: the SEND the receiver got must succeed", i)
+	}
+}
