@@ -67,6 +67,15 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2fx", a/b)
 }
 
+// figure formats a measured rate for a table cell: one decimal, or three
+// significant digits below 1, so that a small rate never reads as zero.
+func figure(v float64) string {
+	if v != 0 && v < 1 {
+		return fmt.Sprintf("%.3g", v)
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
 // humanBytes formats a size the way perftest and people write it: 64B, 4KiB, 1MiB.
 func humanBytes(n int) string {
 	switch {

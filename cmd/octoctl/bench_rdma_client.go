@@ -392,8 +392,8 @@ func (c *benchClient) bandwidthTable(ctx context.Context, spawned string) (*benc
 		}
 		for _, size := range p.sizes {
 			r := results[o.name][size]
-			t.add(o.name, humanBytes(size), fmt.Sprintf("%.1f", r.bytesPerSec/mib), fmt.Sprintf("%.1f", r.msgsPerSec/1e3),
-				fmt.Sprintf("%.1f", tcp[size]/mib), ratio(r.bytesPerSec, tcp[size]))
+			t.add(o.name, humanBytes(size), figure(r.bytesPerSec/mib), figure(r.msgsPerSec/1e3),
+				figure(tcp[size]/mib), ratio(r.bytesPerSec, tcp[size]))
 		}
 	}
 	if spawned != "" {
