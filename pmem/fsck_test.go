@@ -15,14 +15,7 @@ func populated(t *testing.T) (*Region, []RecordID) {
 	r := newMemRegion(t, 128<<10, smallFormat)
 	var ids []RecordID
 	for i := range 4 {
-		tx, err := r.Begin(context.Background())
-		require.NoError(t, err)
-		id, err := tx.AllocRecord(uint16(1 + i))
-		require.NoError(t, err)
-		_, err = tx.AllocExtent(id, uint64(1+i))
-		require.NoError(t, err)
-		require.NoError(t, tx.Commit())
-		ids = append(ids, id)
+		ids = append(ids, commitRecord(t, r, uint16(1+i), uint64(1+i)))
 	}
 	requireClean(t, r)
 	return r, ids
@@ -144,13 +137,7 @@ func TestFsckFindsAndRepairs(t *testing.T) {
 				require.True(t, fixed.Clean(), "repair left problems:\n%s", fixed)
 				requireClean(t, r)
 				// The repaired region is usable.
-				tx, err := r.Begin(context.Background())
-				require.NoError(t, err)
-				id, err := tx.AllocRecord(1)
-				require.NoError(t, err)
-				_, err = tx.AllocExtent(id, 2)
-				require.NoError(t, err)
-				require.NoError(t, tx.Commit())
+				commitRecord(t, r, 1, 2)
 				requireClean(t, r)
 			} else {
 				require.False(t, fixed.Clean())
@@ -163,16 +150,10 @@ func TestCheckFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "region")
 	r, err := Create(path, 256<<10, smallFormat, Options{})
 	require.NoError(t, err)
-	tx, err := r.Begin(t.Context())
-	require.NoError(t, err)
-	id, err := tx.AllocRecord(1)
-	require.NoError(t, err)
-	_, err = tx.AllocExtent(id, 2)
-	require.NoError(t, err)
-	require.NoError(t, tx.Commit())
+	commitRecord(t, r, 1, 2)
 	// A committed-but-unapplied transaction (a crash between F2 and F3)
 	// and a leaked block.
-	tx, err = r.Begin(t.Context())
+	tx, err := r.Begin(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, tx.SetRoot(5, 55))
 	enc := encodeLogSlot(1000, tx.entries)

@@ -27,6 +27,20 @@ func requireClean(t *testing.T, r *Region) {
 	require.True(t, rep.Clean(), "fsck:\n%s", rep)
 }
 
+// commitRecord allocates a record of kind owning one extent of blocks
+// blocks, in one committed transaction.
+func commitRecord(t *testing.T, r *Region, kind uint16, blocks uint64) RecordID {
+	t.Helper()
+	tx, err := r.Begin(t.Context())
+	require.NoError(t, err)
+	id, err := tx.AllocRecord(kind)
+	require.NoError(t, err)
+	_, err = tx.AllocExtent(id, blocks)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	return id
+}
+
 func TestTransactionRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	r := newMemRegion(t, 128<<10, smallFormat)
