@@ -156,7 +156,7 @@ func TestCheckFile(t *testing.T) {
 	tx, err := r.Begin(t.Context())
 	require.NoError(t, err)
 	require.NoError(t, tx.SetRoot(5, 55))
-	enc := encodeLogSlot(1000, tx.entries)
+	enc := encodeLogSlot(make([]byte, r.geo.LogSlotSize), 1000, tx.entries)
 	r.storeBytes(r.geo.slotOff(3)+8, enc)
 	r.store8(r.geo.slotOff(3), 1000)
 	tx.Abort()
@@ -198,7 +198,7 @@ func TestRepairDiscardsDamagedLogSlot(t *testing.T) {
 	tx, err := r.Begin(context.Background())
 	require.NoError(t, err)
 	require.NoError(t, tx.SetRoot(1, 11))
-	enc := encodeLogSlot(7, tx.entries)
+	enc := encodeLogSlot(make([]byte, r.geo.LogSlotSize), 7, tx.entries)
 	tx.Abort()
 	enc[len(enc)-1] ^= 0xff // a damaged entry
 	r.storeBytes(r.geo.slotOff(0)+8, enc)

@@ -48,7 +48,7 @@ func FuzzDecodeLogSlot(f *testing.F) {
 	slot := func(seq uint64, entries []logEntry) []byte {
 		b := make([]byte, g.LogSlotSize)
 		binary.LittleEndian.PutUint64(b, seq)
-		copy(b[8:], encodeLogSlot(seq, entries))
+		encodeLogSlot(b[8:], seq, entries)
 		return b
 	}
 	f.Add(slot(5, []logEntry{{opSet, g.RootsOff, 1}, {opOr, g.BlkBitmapOff, 3}, {opAndNot, g.RecBitmapOff, 1}}))

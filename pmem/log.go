@@ -84,11 +84,14 @@ type logSlot struct {
 	entries   []logEntry
 }
 
-// encodeLogSlot returns the bytes [8, 64+16*len(entries)) of a slot: the
-// count, seq and checksum words followed by the entries. The commit word
-// is written separately, after these bytes are durable.
-func encodeLogSlot(seq uint64, entries []logEntry) []byte {
-	b := make([]byte, logHdrSize-8+logEntrySize*len(entries))
+// encodeLogSlot writes the bytes [8, 64+16*len(entries)) of a slot into
+// b, which must have room for them (Commit passes the slot itself, so
+// nothing is encoded twice), and returns them: the count, seq and
+// checksum words followed by the entries. The commit word is written
+// separately, after these bytes are durable.
+func encodeLogSlot(b []byte, seq uint64, entries []logEntry) []byte {
+	b = b[:logHdrSize-8+logEntrySize*len(entries)]
+	clear(b[24 : logHdrSize-8]) // the header's unused tail
 	le := binary.LittleEndian
 	le.PutUint64(b[0:], uint64(len(entries)))
 	le.PutUint64(b[8:], seq)

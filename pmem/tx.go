@@ -440,8 +440,8 @@ func (tx *Tx) Commit() error {
 	g := r.geo
 	slotOff := g.slotOff(tx.slot)
 	seq := r.seq.Add(1)
-	enc := encodeLogSlot(seq, tx.entries)
-	r.storeBytes(slotOff+8, enc)
+	enc := encodeLogSlot(r.buf[slotOff+8:slotOff+uint64(g.LogSlotSize)], seq, tx.entries)
+	r.observe(slotOff+8, uint64(len(enc)))
 	r.m.Flush(int(slotOff), 8+len(enc))
 	if err := r.fence(); err != nil { // F1: entries durable
 		return err
