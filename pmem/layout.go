@@ -111,6 +111,12 @@ func (g Geometry) LogEntriesPerSlot() int {
 	return int((uint64(g.LogSlotSize) - logHdrSize) / logEntrySize)
 }
 
+// recordsEnd is one past the last record byte.
+func (g Geometry) recordsEnd() uint64 { return g.RecordOff + g.NumRecords*uint64(g.RecordSize) }
+
+// dataEnd is one past the last data block byte.
+func (g Geometry) dataEnd() uint64 { return g.DataOff + g.NumBlocks*uint64(g.BlockSize) }
+
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
 
 func bitmapBytes(n uint64) uint64 { return (n + 63) / 64 * 8 }
@@ -147,10 +153,8 @@ func layout(g Geometry) (Geometry, error) {
 	g.BlkBitmapOff = alignUp(off, 64)
 	off = g.BlkBitmapOff + bitmapBytes(g.NumBlocks)
 	g.RecordOff = alignUp(off, 4096)
-	off = g.RecordOff + g.NumRecords*uint64(g.RecordSize)
-	g.DataOff = alignUp(off, uint64(g.BlockSize))
-	end := g.DataOff + g.NumBlocks*uint64(g.BlockSize)
-	if end > g.RegionSize {
+	g.DataOff = alignUp(g.recordsEnd(), uint64(g.BlockSize))
+	if end := g.dataEnd(); end > g.RegionSize {
 		return bad("areas end at %d, past the region size %d", end, g.RegionSize)
 	}
 	return g, nil

@@ -159,9 +159,8 @@ func (g Geometry) logTargetOK(off uint64) bool {
 	if off%8 != 0 {
 		return false
 	}
-	end := g.DataOff + g.NumBlocks*uint64(g.BlockSize)
 	inRoots := off >= g.RootsOff && off+8 <= g.RootsOff+rootsBytes
-	inRest := off >= g.RecBitmapOff && off+8 <= end
+	inRest := off >= g.RecBitmapOff && off+8 <= g.dataEnd()
 	return inRoots || inRest
 }
 

@@ -176,8 +176,8 @@ func Format(m Medium, fo FormatOptions, o Options) (*Region, error) {
 	if err := r.persist(0, rootsOff); err != nil {
 		return nil, err
 	}
-	r.zero(rootsOff, g.RecordOff+g.NumRecords*uint64(g.RecordSize)-rootsOff)
-	if err := r.persist(rootsOff, g.RecordOff+g.NumRecords*uint64(g.RecordSize)-rootsOff); err != nil {
+	r.zero(rootsOff, g.recordsEnd()-rootsOff)
+	if err := r.persist(rootsOff, g.recordsEnd()-rootsOff); err != nil {
 		return nil, err
 	}
 	enc := sb.Encode()
@@ -586,13 +586,12 @@ func (r *Region) checkUser(off, n uint64) error {
 	if n == 0 || end < off {
 		return fmt.Errorf("%w: empty or wrapping range at %#x", ErrBadAddress, off)
 	}
-	dataEnd := g.DataOff + g.NumBlocks*uint64(g.BlockSize)
 	switch {
 	case off >= g.RootsOff && end <= g.RootsOff+rootsBytes:
 		return nil
-	case off >= g.DataOff && end <= dataEnd:
+	case off >= g.DataOff && end <= g.dataEnd():
 		return nil
-	case off >= g.RecordOff && end <= g.RecordOff+g.NumRecords*uint64(g.RecordSize):
+	case off >= g.RecordOff && end <= g.recordsEnd():
 		rel := off - g.RecordOff
 		in := rel % uint64(g.RecordSize)
 		if in >= g.PayloadOffset() && in+n <= uint64(g.RecordSize) {
