@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/octofs/octofs/rdma"
 )
@@ -20,6 +21,12 @@ type cq struct {
 	users   map[*qp]struct{}
 	// notify holds a token when completions may be waiting, to wake Wait.
 	notify chan struct{}
+	// driver is the connection a goroutine in Wait reads (rx.go), to be
+	// interrupted when a completion arrives from elsewhere.
+	driver *responseReader
+	// idleHint is set when a queue pair of the CQ has an idle
+	// connection with requests in flight (qp.listIdleLocked).
+	idleHint atomic.Bool
 }
 
 var _ rdma.CQ = (*cq)(nil)
@@ -40,10 +47,11 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 		c.mu.Unlock()
 		return false
 	}
+	d := c.driver
 	if c.n == len(c.ring) {
 		c.overrun = true
 		c.mu.Unlock()
-		c.wake()
+		c.wake(d)
 		c.failUsers()
 		return false
 	}
@@ -54,14 +62,69 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 	c.ring[i] = wc
 	c.n++
 	c.mu.Unlock()
-	c.wake()
+	c.wake(d)
 	return true
 }
 
-func (c *cq) wake() {
+// wake wakes a goroutine sleeping in Wait, and interrupts d, the driver
+// of a connection (nil if none): a completion it did not read itself has
+// arrived.
+func (c *cq) wake(d *responseReader) {
 	select {
 	case c.notify <- struct{}{}:
 	default:
+	}
+	if d != nil {
+		d.interrupt()
+	}
+}
+
+func (c *cq) setDriver(r *responseReader) {
+	c.mu.Lock()
+	c.driver = r
+	c.mu.Unlock()
+}
+
+// pending reports whether Poll would return something: a completion or
+// an error.
+func (c *cq) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n > 0 || c.overrun || c.closed
+}
+
+// drivable returns the queue pair whose requester connection a waiter on
+// the CQ may drive: the CQ's only queue pair, if it is its send CQ.
+func (c *cq) drivable() *qp {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.users) != 1 {
+		return nil
+	}
+	for q := range c.users {
+		if q.sendCQ == c {
+			return q
+		}
+	}
+	return nil
+}
+
+// releaseIdle gives the read turn back to the background goroutines of
+// the CQ's queue pairs whose connections are idle with requests in
+// flight: the caller is about to rely on them.
+func (c *cq) releaseIdle() {
+	if !c.idleHint.Swap(false) {
+		return
+	}
+	var buf [4]*qp
+	qps := buf[:0]
+	c.mu.Lock()
+	for q := range c.users {
+		qps = append(qps, q)
+	}
+	c.mu.Unlock()
+	for _, q := range qps {
+		q.releaseIdle()
 	}
 }
 
@@ -83,6 +146,9 @@ func (c *cq) failUsers() {
 
 func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 	n, _, err := c.poll(wc)
+	if n == 0 && err == nil {
+		c.releaseIdle()
+	}
 	return n, err
 }
 
@@ -114,10 +180,17 @@ func (c *cq) Wait(ctx context.Context, wc []rdma.WorkCompletion) (int, error) {
 		if n > 0 || err != nil {
 			if remaining > 0 {
 				// Pass the wake-up on to another waiter.
-				c.wake()
+				c.wake(nil)
 			}
 			return n, err
 		}
+		if q := c.drivable(); q != nil && q.drive(ctx, c) {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		c.releaseIdle()
 		select {
 		case <-c.notify:
 		case <-ctx.Done():
@@ -152,6 +225,6 @@ func (c *cq) Close() error {
 		return fmt.Errorf("%w: %d queue pairs use the completion queue", rdma.ErrBusy, len(c.users))
 	}
 	c.closed = true
-	c.wake()
+	c.wake(nil)
 	return nil
 }

@@ -38,6 +38,14 @@ type Device struct {
 
 	rnrNAKs, resent, timeouts, connsLost atomic.Uint64 // see Stats
 
+	// The janitor's list of queue pairs whose requester connection is
+	// idle with requests in flight (rx.go). janMu is taken after qp.mu.
+	janMu      sync.Mutex
+	janList    map[*qp]janEntry
+	janRunning bool
+	janClosed  bool
+	done       chan struct{} // closed by Close
+
 	wg sync.WaitGroup
 }
 
@@ -90,6 +98,8 @@ func Open(cfg rdma.DeviceConfig) (*Device, error) {
 		nextQPN: 1 + rand.Uint32N(1<<22),
 		conns:   make(map[*wireConn]struct{}),
 		mrTag:   uint8(rand.Uint32()),
+		janList: make(map[*qp]janEntry),
+		done:    make(chan struct{}),
 	}
 	d.name = "soft:" + d.addr
 	d.log = log.With("device", d.name)
@@ -149,6 +159,10 @@ func (d *Device) Close() error {
 		qps = append(qps, q)
 	}
 	d.mu.Unlock()
+	d.janMu.Lock()
+	d.janClosed = true
+	close(d.done)
+	d.janMu.Unlock()
 	d.ln.Close()
 	for _, q := range qps {
 		q.Close()
@@ -168,9 +182,19 @@ func (d *Device) DropConnections() {
 	for c := range d.conns {
 		conns = append(conns, c)
 	}
+	qps := make([]*qp, 0, len(d.qps))
+	for _, q := range d.qps {
+		qps = append(qps, q)
+	}
 	d.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
+	}
+	// Idle connections are read by nobody: have them read, to notice.
+	for _, q := range qps {
+		q.mu.Lock()
+		q.toBackgroundLocked()
+		q.mu.Unlock()
 	}
 }
 

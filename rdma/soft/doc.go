@@ -21,5 +21,8 @@
 // Concurrency: all methods are safe for concurrent use. PostSend never
 // blocks on the network: small requests are written by the posting
 // goroutine when no other transmission is under way, larger ones by a
-// sender goroutine per queue pair.
+// sender goroutine per queue pair. Responses are read by the goroutine
+// waiting in CQ.Wait for their completion when possible, and by a
+// background goroutine otherwise (rx.go), which saves a goroutine hand-off
+// per round trip.
 package soft

@@ -49,7 +49,11 @@ type qp struct {
 	rq             []recvWQE
 	rqHead, rqTail uint64
 
-	out        *wireConn  // requester connection, dialed by this side
+	out        *wireConn       // requester connection, dialed by this side
+	rx         *responseReader // reads out's responses, by turns (rx.go)
+	rxMode     rxMode
+	rxGen      uint64     // counts drives of out, for the janitor
+	janListed  bool       // on the device's janitor list
 	resp       *responder // responder of the peer's connection, if any
 	senderStop chan struct{}
 	wake       chan struct{}
@@ -297,6 +301,9 @@ func (q *qp) stopTransportLocked() {
 	if q.out != nil {
 		q.out.Close()
 		q.out = nil
+		q.rx.kick() // its background goroutine exits
+		q.rx = nil
+		q.rxMode = rxNone
 	}
 	if q.resp != nil {
 		q.resp.c.Close()
@@ -350,6 +357,11 @@ func (q *qp) PostSend(wrs []rdma.SendWR) error {
 	connected := q.out != nil
 	if pending {
 		q.armWatchdogLocked()
+		if inFlight {
+			// Queued behind requests in flight: the background
+			// goroutine transmits them as responses arrive.
+			q.toBackgroundLocked()
+		}
 	}
 	q.mu.Unlock()
 	switch {
@@ -377,7 +389,7 @@ func (q *qp) transmitPending() {
 		q.kick()
 		return
 	}
-	more := q.transmit(inlineTxLimit)
+	more := q.transmit(inlineTxLimit, true)
 	q.txMu.Unlock()
 	if more {
 		q.kick()
@@ -538,6 +550,12 @@ func (q *qp) checkTimeout() {
 		return
 	}
 	idle := time.Since(q.lastProgress)
+	if q.rxMode == rxIdle {
+		// Nobody has read the responses: read them before judging.
+		q.toBackgroundLocked()
+		q.lastProgress = time.Now()
+		idle = 0
+	}
 	if idle >= q.budget {
 		q.dev.log.Warn("transport timeout: no response from the peer", "qpn", q.qpn, "peer", q.remote.Addr, "peer_qpn", q.remote.QPN,
 			"idle", idle, "outstanding", q.sqNext-q.sqHead, "queued", q.sqTail-q.sqNext, "rnr_paused", q.rnrPaused)
@@ -578,7 +596,7 @@ func (q *qp) sender(stop chan struct{}) {
 			continue
 		}
 		q.txMu.Lock()
-		q.transmit(maxMsgSize)
+		q.transmit(maxMsgSize, false)
 		q.txMu.Unlock()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/octofs/octofs/rdma"
@@ -70,9 +71,7 @@ func (q *qp) connect(stop chan struct{}) bool {
 				c.Close()
 				return false
 			}
-			q.out = c
-			q.dev.wg.Add(1)
-			go q.readResponses(c)
+			q.useConnLocked(c)
 			q.mu.Unlock()
 			return true
 		}
@@ -92,6 +91,16 @@ func (q *qp) connect(stop chan struct{}) bool {
 		}
 		backoff = min(2*backoff, 100*time.Millisecond)
 	}
+}
+
+// useConnLocked makes c the requester connection, read at first by its
+// background goroutine.
+func (q *qp) useConnLocked(c *wireConn) {
+	q.out = c
+	q.rx = newResponseReader(q, c)
+	q.rxMode = rxBackground
+	q.dev.wg.Add(1)
+	go q.readResponses(q.rx)
 }
 
 // dial opens a requester connection to the remote queue pair.
@@ -130,8 +139,11 @@ func (q *qp) dial(remote rdma.Endpoint, deadline time.Time) (*wireConn, error) {
 // transmit sends queued requests in order, batching frames into one
 // writev, until none remain or the next one's payload exceeds limit. It
 // reports whether requests were left for the sender goroutine. The caller
-// holds txMu.
-func (q *qp) transmit(limit int) (more bool) {
+// holds txMu. poster says whether the caller is a goroutine of the
+// application, which may drive the connection in CQ.Wait; if not (the
+// sender goroutine), an idle connection's responses are left to its
+// background goroutine, since the application may be asleep already.
+func (q *qp) transmit(limit int, poster bool) (more bool) {
 	tx := &q.tx
 	if tx.hdrs == nil {
 		tx.hdrs = make([]byte, 0, maxBatchFrames*frameHeaderSize)
@@ -196,6 +208,13 @@ func (q *qp) transmit(limit int) (more bool) {
 			q.sqNext++
 			if w.op == rdma.OpRead || w.op.IsAtomic() {
 				q.rdAtomicInFlight++
+			}
+		}
+		if batch > 0 && q.rxMode == rxIdle {
+			if poster {
+				q.listIdleLocked()
+			} else {
+				q.toBackgroundLocked()
 			}
 		}
 		q.mu.Unlock()
@@ -271,11 +290,23 @@ func (q *qp) connFailed(c *wireConn) {
 }
 
 // responseReader applies the responses arriving on a requester
-// connection to its queue pair's send queue.
+// connection to its queue pair's send queue. Whoever holds the
+// connection's read turn (see rx.go) uses it; nobody else touches it.
 type responseReader struct {
 	q  *qp
 	c  *wireConn
 	br *bufio.Reader
+
+	// wake rouses the background goroutine when the read turn becomes
+	// its, or when the connection stops being the queue pair's.
+	wake chan struct{}
+
+	// intrMu guards parked and interrupted: a driver parked waiting for
+	// the next response can be interrupted (by a read deadline in the
+	// past) when a completion arrives from elsewhere or its context ends.
+	intrMu      sync.Mutex
+	parked      bool
+	interrupted bool
 
 	hdr   [frameHeaderSize]byte
 	sgl   []rdma.SGE
@@ -283,34 +314,35 @@ type responseReader struct {
 	held  []*mr
 }
 
-// readResponses reads responses from the requester connection until it
-// fails or closes.
-func (q *qp) readResponses(c *wireConn) {
-	defer q.dev.wg.Done()
-	r := &responseReader{q: q, c: c, br: bufio.NewReaderSize(c, 64<<10)}
-	for {
-		if r.br.Buffered() == 0 {
-			r.transmitQueued()
+func newResponseReader(q *qp, c *wireConn) *responseReader {
+	return &responseReader{q: q, c: c, br: bufio.NewReaderSize(c, 64<<10), wake: make(chan struct{}, 1)}
+}
+
+// kick wakes the background goroutine.
+func (r *responseReader) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// failed ends the connection after a read or a response failed.
+func (r *responseReader) failed(err error) {
+	q, c := r.q, r.c
+	switch {
+	case errors.Is(err, rdma.ErrProtocol):
+		q.dev.log.Warn("closing requester connection", "qpn", q.qpn, "err", err)
+		q.mu.Lock()
+		if q.out == c {
+			q.failLocked(rdma.WCBadRespErr)
 		}
-		err := r.next()
-		switch {
-		case err == nil:
-			continue
-		case errors.Is(err, rdma.ErrProtocol):
-			q.dev.log.Warn("closing requester connection", "qpn", q.qpn, "err", err)
-			q.mu.Lock()
-			if q.out == c {
-				q.failLocked(rdma.WCBadRespErr)
-			}
-			q.mu.Unlock()
-			c.Close()
-		case errors.Is(err, errStale):
-			c.Close()
-		default:
-			// The connection broke, perhaps in the middle of a response.
-			q.connFailed(c)
-		}
-		return
+		q.mu.Unlock()
+		c.Close()
+	case errors.Is(err, errStale):
+		c.Close()
+	default:
+		// The connection broke, perhaps in the middle of a response.
+		q.connFailed(c)
 	}
 }
 

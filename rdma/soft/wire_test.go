@@ -254,9 +254,7 @@ func FuzzRequesterStream(f *testing.F) {
 		local, peer := net.Pipe()
 		c := dev.track(local)
 		q.mu.Lock()
-		q.out = c
-		dev.wg.Add(1)
-		go q.readResponses(c)
+		q.useConnLocked(c)
 		q.mu.Unlock()
 		go io.Copy(io.Discard, peer)
 		sge := func(off uint64, n uint32) []rdma.SGE {

@@ -1,0 +1,307 @@
+package soft
+
+import (
+	"context"
+	"errors"
+	"os"
+	"time"
+)
+
+// Who reads a requester connection's responses.
+//
+// A READ's round trip ends when its response has been read and its
+// completion pushed. If one goroutine read the socket and another waited
+// on the CQ, every round trip would pay a goroutine hand-off: a wake-up
+// of the waiter, and of an idle thread to run it, which on a two-core
+// machine doubled an 8-byte READ's latency. So the goroutine waiting in
+// CQ.Wait reads the socket itself whenever it can, as a TCP client reads
+// its own replies, and a background goroutine reads only when nobody else
+// will. The read turn passes between them under the queue pair's lock:
+//
+//   - rxBackground: the connection's goroutine reads (readResponses). It
+//     starts so when the connection is dialed and keeps the turn while
+//     requests are in flight; once none is left it goes idle.
+//   - rxIdle: nobody reads. PostSend transmits requests directly; a
+//     CQ.Wait that then finds its queue empty drives the connection
+//     (drive) instead of sleeping.
+//   - rxDriven: a goroutine in CQ.Wait reads, until its CQ has a
+//     completion, its context ends or nothing is in flight; then the
+//     connection is idle again.
+//
+// An idle connection with requests in flight must not stay unread: RNR
+// NAKs, errors and FENCEd requests need their responses read even if
+// nobody waits on the send CQ. So the turn goes back to the background
+// goroutine when requests are posted behind ones in flight (the
+// background goroutine clocks batches, see transmitQueued), when a Poll
+// or a Wait that will sleep finds a CQ of the queue pair empty, when the
+// transport timer fires, and when the device's janitor finds the
+// connection idle with work in flight for a whole tick without a driver.
+type rxMode uint8
+
+const (
+	rxNone       rxMode = iota // no requester connection
+	rxBackground               // readResponses reads
+	rxIdle                     // nobody reads
+	rxDriven                   // a goroutine in CQ.Wait reads
+)
+
+// janitorTick is how long a connection may stay idle, with requests in
+// flight and nobody driving it, before its background goroutine reads
+// again: a tick at least, two at most.
+const janitorTick = 2 * time.Millisecond
+
+// aLongTimeAgo is a read deadline that interrupts a blocked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// readResponses is the background goroutine of requester connection r: it
+// reads and applies responses whenever the read turn is its own, until the
+// connection fails or stops being the queue pair's.
+func (q *qp) readResponses(r *responseReader) {
+	defer q.dev.wg.Done()
+	for q.awaitTurn(r) {
+		if r.br.Buffered() == 0 {
+			r.transmitQueued()
+		}
+		if err := r.next(); err != nil {
+			r.failed(err)
+			return
+		}
+		if r.br.Buffered() == 0 {
+			q.mu.Lock()
+			if q.rxMode == rxBackground && q.out == r.c && q.sqHead == q.sqTail {
+				q.rxMode = rxIdle
+			}
+			q.mu.Unlock()
+		}
+	}
+}
+
+// awaitTurn waits until the background goroutine of r is to read. It
+// reports false once r's connection is no longer the queue pair's.
+func (q *qp) awaitTurn(r *responseReader) bool {
+	for {
+		q.mu.Lock()
+		current, turn := q.out == r.c, q.rxMode == rxBackground
+		q.mu.Unlock()
+		if !current {
+			return false
+		}
+		if turn {
+			return true
+		}
+		<-r.wake
+	}
+}
+
+// toBackgroundLocked gives an idle connection's read turn to its
+// background goroutine.
+func (q *qp) toBackgroundLocked() {
+	if q.rxMode != rxIdle {
+		return
+	}
+	q.rxMode = rxBackground
+	q.rx.kick()
+}
+
+// releaseIdle gives the read turn back to the background goroutine if the
+// connection is idle with requests in flight.
+func (q *qp) releaseIdle() {
+	q.mu.Lock()
+	if q.sqHead < q.sqTail {
+		q.toBackgroundLocked()
+	}
+	q.mu.Unlock()
+}
+
+// drive reads q's requester connection on the calling goroutine, which
+// waits on c, until c has a completion, ctx ends, nothing is in flight
+// or the connection fails. It reports false, having done nothing, unless
+// the connection was idle with requests in flight.
+func (q *qp) drive(ctx context.Context, c *cq) bool {
+	q.mu.Lock()
+	if q.rxMode != rxIdle || q.sqHead == q.sqNext {
+		q.mu.Unlock()
+		return false
+	}
+	q.rxMode = rxDriven
+	q.rxGen++
+	r := q.rx
+	q.mu.Unlock()
+
+	c.setDriver(r)
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, r.interrupt)
+	}
+	err := r.driveUntil(ctx, c)
+	if stop != nil {
+		stop()
+	}
+	c.setDriver(nil)
+	if err != nil {
+		r.failed(err)
+		return true
+	}
+	q.mu.Lock()
+	if q.out == r.c && q.rxMode == rxDriven {
+		q.rxMode = rxIdle
+		switch {
+		case q.sqNext < q.sqTail:
+			// Requests wait for responses to clock them out.
+			q.toBackgroundLocked()
+		case q.sqHead < q.sqNext:
+			q.listIdleLocked()
+		}
+	}
+	q.mu.Unlock()
+	return true
+}
+
+// driveUntil reads and applies responses until c has a completion, ctx
+// ends or nothing is in flight. Only a read error is returned.
+func (r *responseReader) driveUntil(ctx context.Context, c *cq) error {
+	for r.park(ctx, c) {
+		_, err := r.br.Peek(1)
+		r.unpark()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue // interrupted: look again
+		}
+		if err != nil {
+			return err
+		}
+		for {
+			if err := r.next(); err != nil {
+				return err
+			}
+			if r.br.Buffered() == 0 {
+				break
+			}
+		}
+		r.transmitQueued()
+	}
+	return nil
+}
+
+// park marks r's driver as about to block for the next response, then
+// reports whether it should: parked first, so that a completion pushed
+// after the check interrupts the read (see interrupt).
+func (r *responseReader) park(ctx context.Context, c *cq) bool {
+	r.intrMu.Lock()
+	r.parked = true
+	r.intrMu.Unlock()
+	q := r.q
+	q.mu.Lock()
+	inFlight := q.out == r.c && q.sqHead < q.sqNext
+	q.mu.Unlock()
+	if !inFlight || c.pending() || ctx.Err() != nil {
+		r.unpark()
+		return false
+	}
+	return true
+}
+
+// unpark ends a parked read, clearing the deadline an interrupt set.
+func (r *responseReader) unpark() {
+	r.intrMu.Lock()
+	r.parked = false
+	if r.interrupted {
+		r.interrupted = false
+		r.c.SetReadDeadline(time.Time{})
+	}
+	r.intrMu.Unlock()
+}
+
+// interrupt makes a parked driver's read return at once. It does nothing
+// to a read in the middle of a response, which stays whole.
+func (r *responseReader) interrupt() {
+	r.intrMu.Lock()
+	if r.parked && !r.interrupted {
+		r.interrupted = true
+		r.c.SetReadDeadline(aLongTimeAgo)
+	}
+	r.intrMu.Unlock()
+}
+
+// listIdleLocked notes that the connection is idle with requests in
+// flight: its CQs' next Poll or sleeping Wait, or else the janitor, gives
+// the read turn back to the background goroutine.
+func (q *qp) listIdleLocked() {
+	q.sendCQ.idleHint.Store(true)
+	q.recvCQ.idleHint.Store(true)
+	if q.janListed {
+		return
+	}
+	d := q.dev
+	d.janMu.Lock()
+	defer d.janMu.Unlock()
+	if d.janClosed {
+		return
+	}
+	q.janListed = true
+	d.janList[q] = janEntry{}
+	if !d.janRunning {
+		d.janRunning = true
+		d.wg.Add(1)
+		go d.janitor()
+	}
+}
+
+// janEntry is what the janitor saw of a listed queue pair at its last
+// tick.
+type janEntry struct {
+	seen bool
+	gen  uint64 // the queue pair's rxGen then
+}
+
+// janitor gives the read turn back to the background goroutines of idle
+// connections that nobody drove for a whole tick while requests were in
+// flight. It runs while any queue pair is listed.
+func (d *Device) janitor() {
+	defer d.wg.Done()
+	t := time.NewTimer(janitorTick)
+	defer t.Stop()
+	var qps []*qp
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+		}
+		d.janMu.Lock()
+		if len(d.janList) == 0 {
+			d.janRunning = false
+			d.janMu.Unlock()
+			return
+		}
+		qps = qps[:0]
+		for q := range d.janList {
+			qps = append(qps, q)
+		}
+		d.janMu.Unlock()
+		for _, q := range qps {
+			d.sweep(q)
+		}
+		clear(qps)
+		t.Reset(janitorTick)
+	}
+}
+
+// sweep is the janitor's look at one listed queue pair.
+func (d *Device) sweep(q *qp) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d.janMu.Lock()
+	defer d.janMu.Unlock()
+	e := d.janList[q]
+	switch {
+	case q.rxMode != rxIdle || q.sqHead == q.sqTail:
+		delete(d.janList, q)
+		q.janListed = false
+	case !e.seen || e.gen != q.rxGen:
+		d.janList[q] = janEntry{seen: true, gen: q.rxGen}
+	default:
+		delete(d.janList, q)
+		q.janListed = false
+		q.toBackgroundLocked()
+	}
+}

@@ -1,0 +1,157 @@
+package soft
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/octofs/octofs/rdma"
+)
+
+// Tests of the read turn of requester connections (rx.go): a waiter
+// reads its own responses, and responses are still read when nobody
+// waits.
+
+// read8 reads 8 bytes at off in B's buffer into the same place in A's.
+// (Tests write B's buffer before any request touches it: the race
+// detector cannot see the order a round trip over TCP gives.)
+func (p *pair) read8(id, off uint64) []rdma.SendWR {
+	return []rdma.SendWR{{ID: id, Opcode: rdma.OpRead, Flags: rdma.SendSignaled,
+		SGL:        []rdma.SGE{{Addr: p.mrA.Addr() + off, Length: 8, LKey: p.mrA.LKey()}},
+		RemoteAddr: p.mrB.Addr() + off, RKey: p.mrB.RKey()}}
+}
+
+// settle runs one READ to completion, after which A's connection to B is
+// idle: the next waiter on cqA drives it.
+func (p *pair) settle(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.qpA.PostSend(p.read8(100, 0)))
+	require.Equal(t, rdma.WCSuccess, waitOne(t, p.cqA).Status)
+	q := p.qpA.(*qp)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q.mu.Lock()
+		mode := q.rxMode
+		q.mu.Unlock()
+		if mode == rxIdle {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "connection never went idle (mode %d)", mode)
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWaiterDrivesConnection: after the first exchange, a READ's response
+// is read by the goroutine waiting for its completion, not handed over by
+// the background goroutine.
+func TestWaiterDrivesConnection(t *testing.T) {
+	p := newPair(t)
+	const rounds = 50
+	for i := range 8 * rounds {
+		p.mrB.Bytes()[i] = byte(i*7 + 1)
+	}
+	p.settle(t)
+	q := p.qpA.(*qp)
+	for i := range uint64(rounds) {
+		q.mu.Lock()
+		gen := q.rxGen
+		q.mu.Unlock()
+		require.NoError(t, p.qpA.PostSend(p.read8(i, 8*i)))
+		wc := waitOne(t, p.cqA)
+		require.Equal(t, rdma.WCSuccess, wc.Status)
+		require.Equal(t, i, wc.ID)
+		require.Equal(t, p.mrB.Bytes()[8*i:8*i+8], p.mrA.Bytes()[8*i:8*i+8], "round %d", i)
+		q.mu.Lock()
+		require.Equal(t, gen+1, q.rxGen, "round %d: the waiter did not drive the connection", i)
+		require.Equal(t, rxIdle, q.rxMode)
+		q.mu.Unlock()
+	}
+}
+
+// TestDriverInterruptedByOtherCompletion: a waiter driving the requester
+// connection for a slow READ returns as soon as a receive completes on
+// the same CQ, and the READ still completes afterwards.
+func TestDriverInterruptedByOtherCompletion(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	const delay = 600 * time.Millisecond
+	p.devB.SetDelay(delay) // B's responses, the READ's included, are slow
+	require.NoError(t, p.qpA.PostRecv([]rdma.RecvWR{{ID: 7, SGL: []rdma.SGE{{Addr: p.mrA.Addr() + 64, Length: 64, LKey: p.mrA.LKey()}}}}))
+	require.NoError(t, p.qpA.PostSend(p.read8(1, 0)))
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		p.qpB.PostSend([]rdma.SendWR{{ID: 9, Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: p.mrB.Addr(), Length: 8, LKey: p.mrB.LKey()}}}})
+	}()
+	start := time.Now()
+	wc := waitOne(t, p.cqA)
+	require.Equal(t, rdma.WCSuccess, wc.Status)
+	require.Equal(t, uint64(7), wc.ID, "the receive completes first")
+	require.Less(t, time.Since(start), delay/2, "the receive's completion waited for the READ")
+	wc = waitOne(t, p.cqA)
+	require.Equal(t, rdma.WCSuccess, wc.Status)
+	require.Equal(t, uint64(1), wc.ID)
+}
+
+// TestDriverCanceled: a waiter driving the connection returns when its
+// context ends; the response it did not wait for is read whole by the
+// next waiter.
+func TestDriverCanceled(t *testing.T) {
+	p := newPair(t)
+	copy(p.mrB.Bytes()[8:], "8 bytes!")
+	p.settle(t)
+	p.devB.SetDelay(300 * time.Millisecond)
+	require.NoError(t, p.qpA.PostSend(p.read8(1, 8)))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	var wc [1]rdma.WorkCompletion
+	start := time.Now()
+	n, err := p.cqA.Wait(ctx, wc[:])
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "Wait returned %d, %v", n, err)
+	require.Less(t, time.Since(start), 250*time.Millisecond)
+	got := waitOne(t, p.cqA)
+	require.Equal(t, rdma.WCSuccess, got.Status)
+	require.Equal(t, "8 bytes!", string(p.mrA.Bytes()[8:16]))
+	require.Equal(t, rdma.QPSRTS, p.qpA.State())
+}
+
+// TestIdleConnectionIsRead: a SEND posted on an idle connection, whose
+// sender then neither polls nor waits, still gets through an RNR NAK: its
+// responses are read by the background goroutine once the janitor finds
+// nobody driving the connection.
+func TestIdleConnectionIsRead(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	require.NoError(t, p.qpA.PostSend([]rdma.SendWR{{ID: 1, Opcode: rdma.OpSendWithImm, Imm: 5, Flags: rdma.SendSignaled,
+		SGL: []rdma.SGE{{Addr: p.mrA.Addr(), Length: 8, LKey: p.mrA.LKey()}}}}))
+	// B has no receive posted: the SEND is NAKed until it has.
+	deadline := time.Now().Add(5 * time.Second)
+	for p.devB.Stats().RNRNAKs == 0 {
+		require.True(t, time.Now().Before(deadline), "B never refused the SEND")
+		time.Sleep(time.Millisecond)
+	}
+	require.NoError(t, p.qpB.PostRecv([]rdma.RecvWR{{ID: 2, SGL: []rdma.SGE{{Addr: p.mrB.Addr() + 64, Length: 64, LKey: p.mrB.LKey()}}}}))
+	start := time.Now()
+	wc := waitOne(t, p.cqB)
+	// Well within the transport timer (4.3 s at the default timeout),
+	// which would also have the responses read.
+	require.Less(t, time.Since(start), time.Second, "the SEND waited for the transport timer")
+	require.Equal(t, rdma.WCSuccess, wc.Status)
+	require.Equal(t, uint32(5), wc.Imm)
+	require.Positive(t, p.devA.Stats().Resent, "A resent nothing: the NAK was not read")
+}
+
+// TestDropIdleConnection: dropping the device's connections fails a queue
+// pair whose connection nobody was reading.
+func TestDropIdleConnection(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	p.devA.DropConnections()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.qpA.State() != rdma.QPSErr {
+		require.True(t, time.Now().Before(deadline), "queue pair still %v after its connections dropped", p.qpA.State())
+		time.Sleep(time.Millisecond)
+	}
+}
