@@ -49,7 +49,7 @@ func BenchmarkSoft(b *testing.B) {
 		size, depth int
 	}{
 		{rdma.OpRead, 8, 1}, {rdma.OpWrite, 8, 1}, {rdma.OpWrite, 64, 16},
-		{rdma.OpWrite, 64 << 10, 16}, {rdma.OpWrite, 64 << 10, 16}, {rdma.OpWrite, 1 << 20, 16}, {rdma.OpRead, 1 << 20, 16},
+		{rdma.OpWrite, 64 << 10, 16}, {rdma.OpWrite, 64 << 10, 16}, {rdma.OpRead, 64 << 10, 16}, {rdma.OpWrite, 1 << 20, 16}, {rdma.OpRead, 1 << 20, 16},
 	} {
 		b.Run(fmt.Sprintf("%v/%d/depth%d", tc.op, tc.size, tc.depth), func(b *testing.B) { benchOp(b, tc.op, tc.size, tc.depth) })
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,8 @@ type responder struct {
 	bw         *bufio.Writer
 	ackPending bool
 	ackPSN     uint32
+	rhdr       [frameHeaderSize]byte // a large READ response's header
+	rbufs      net.Buffers
 
 	hdr   [frameHeaderSize]byte
 	sgl   []rdma.SGE
@@ -366,18 +369,28 @@ func (r *responder) read(h *frameHeader) error {
 	r.done(h, false)
 	r.wmu.Lock()
 	defer r.wmu.Unlock()
-	r.writeHeader(frameHeader{Type: frameReadResp, PSN: h.PSN, Length: h.Length})
+	resp := frameHeader{Type: frameReadResp, PSN: h.PSN, Length: h.Length}
 	if m == nil {
+		r.writeHeader(resp)
 		return nil
 	}
 	defer m.release()
-	if len(span) >= r.bw.Available() {
+	if frameHeaderSize+len(span) > r.bw.Available() {
 		// Large data goes straight from registered memory to the
-		// socket: flush what is buffered, then write the span itself.
+		// socket, after what is buffered: header and data in one
+		// writev.
 		if err := r.flushLocked(); err != nil {
 			return err
 		}
+		r.q.dev.responseDelay()
+		resp.encode(r.rhdr[:])
+		r.rbufs = append(r.rbufs[:0], r.rhdr[:], span)
+		bufs := r.rbufs                  // WriteTo consumes its receiver
+		_, err := bufs.WriteTo(r.c.Conn) // the net.Conn itself, which writes with writev
+		clear(r.rbufs[:2])
+		return err
 	}
+	r.writeHeader(resp)
 	_, err := r.bw.Write(span)
 	return err
 }
