@@ -147,7 +147,11 @@ func (c *cq) failUsers() {
 func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 	n, _, err := c.poll(wc)
 	if n == 0 && err == nil {
-		c.releaseIdle()
+		if q := c.drivable(); q != nil && q.pollDrive() {
+			n, _, err = c.poll(wc)
+		} else {
+			c.releaseIdle()
+		}
 	}
 	return n, err
 }

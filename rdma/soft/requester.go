@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/octofs/octofs/rdma"
@@ -293,9 +294,10 @@ func (q *qp) connFailed(c *wireConn) {
 // connection to its queue pair's send queue. Whoever holds the
 // connection's read turn (see rx.go) uses it; nobody else touches it.
 type responseReader struct {
-	q  *qp
-	c  *wireConn
-	br *bufio.Reader
+	q   *qp
+	c   *wireConn
+	src *rxSource // what br reads
+	br  *bufio.Reader
 
 	// wake rouses the background goroutine when the read turn becomes
 	// its, or when the connection stops being the queue pair's.
@@ -315,7 +317,11 @@ type responseReader struct {
 }
 
 func newResponseReader(q *qp, c *wireConn) *responseReader {
-	return &responseReader{q: q, c: c, br: bufio.NewReaderSize(c, 64<<10), wake: make(chan struct{}, 1)}
+	src := &rxSource{c: c}
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		src.raw, _ = sc.SyscallConn()
+	}
+	return &responseReader{q: q, c: c, src: src, br: bufio.NewReaderSize(src, 64<<10), wake: make(chan struct{}, 1)}
 }
 
 // kick wakes the background goroutine.

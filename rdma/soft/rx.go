@@ -3,8 +3,12 @@ package soft
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Who reads a requester connection's responses.
@@ -26,14 +30,18 @@ import (
 //     (drive) instead of sleeping.
 //   - rxDriven: a goroutine in CQ.Wait reads, until its CQ has a
 //     completion, its context ends or nothing is in flight; then the
-//     connection is idle again.
+//     connection is idle again. CQ.Poll also drives an idle connection,
+//     without blocking: it applies the responses that have arrived whole,
+//     as polling a hardware CQ finds what the NIC has done.
 //
 // An idle connection with requests in flight must not stay unread: RNR
 // NAKs, errors and FENCEd requests need their responses read even if
 // nobody waits on the send CQ. So the turn goes back to the background
 // goroutine when requests are posted behind ones in flight (the
 // background goroutine clocks batches, see transmitQueued), when a Poll
-// or a Wait that will sleep finds a CQ of the queue pair empty, when the
+// that cannot drive or a Wait that will sleep finds a CQ of the queue
+// pair empty, when a Poll finds a response too large to take without
+// blocking, when the
 // transport timer fires, and when the device's janitor finds the
 // connection idle with work in flight for a whole tick without a driver.
 type rxMode uint8
@@ -304,4 +312,113 @@ func (d *Device) sweep(q *qp) {
 		q.janListed = false
 		q.toBackgroundLocked()
 	}
+}
+
+// pollDrive applies, without blocking, the responses that have arrived on
+// q's requester connection, for Poll. It reports false, having done
+// nothing, unless the connection was idle with requests in flight and
+// can be read without blocking.
+func (q *qp) pollDrive() bool {
+	q.mu.Lock()
+	if q.rxMode != rxIdle || q.sqHead == q.sqNext || q.rx.src.raw == nil {
+		q.mu.Unlock()
+		return false
+	}
+	q.rxMode = rxDriven
+	q.rxGen++
+	r := q.rx
+	q.mu.Unlock()
+
+	r.src.nonblock = true
+	stuck, err := r.drain()
+	r.src.nonblock = false
+	if err != nil {
+		r.failed(err)
+		return true
+	}
+	r.transmitQueued()
+	q.mu.Lock()
+	if q.out == r.c && q.rxMode == rxDriven {
+		q.rxMode = rxIdle
+		switch {
+		case stuck || q.sqNext < q.sqTail:
+			q.toBackgroundLocked()
+		case q.sqHead < q.sqNext:
+			q.listIdleLocked()
+		}
+	}
+	q.mu.Unlock()
+	return true
+}
+
+// drain applies every response that has arrived whole. stuck reports one
+// larger than the read buffer that has only partly arrived: taking the
+// rest could block.
+func (r *responseReader) drain() (stuck bool, err error) {
+	for {
+		b, err := r.br.Peek(frameHeaderSize)
+		if errors.Is(err, errWouldBlock) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		var h frameHeader
+		if err := h.decode(b); err != nil {
+			return false, err
+		}
+		need := frameHeaderSize
+		if h.Type == frameReadResp {
+			need += int(h.Length)
+		}
+		if need > r.br.Size() {
+			return true, nil
+		}
+		if _, err := r.br.Peek(need); errors.Is(err, errWouldBlock) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
+		if err := r.next(); err != nil {
+			return false, err
+		}
+	}
+}
+
+// errWouldBlock is a non-blocking read finding no data.
+var errWouldBlock = errors.New("would block")
+
+// rxSource is what a requester connection's reader reads: the connection,
+// or with nonblock only what the socket holds already.
+type rxSource struct {
+	c        *wireConn
+	raw      syscall.RawConn // nil if the connection is not a socket
+	nonblock bool
+}
+
+func (s *rxSource) Read(p []byte) (int, error) {
+	if !s.nonblock {
+		return s.c.Read(p)
+	}
+	var n int
+	var err error
+	if rerr := s.raw.Read(func(fd uintptr) bool {
+		for {
+			n, err = unix.Read(int(fd), p)
+			if err != unix.EINTR {
+				return true // never wait for readiness
+			}
+		}
+	}); rerr != nil {
+		return 0, rerr
+	}
+	switch {
+	case err == unix.EAGAIN:
+		return 0, errWouldBlock
+	case err != nil:
+		return 0, err
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
 }

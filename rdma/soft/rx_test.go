@@ -28,6 +28,9 @@ func (p *pair) read8(id, off uint64) []rdma.SendWR {
 // idle: the next waiter on cqA drives it.
 func (p *pair) settle(t *testing.T) {
 	t.Helper()
+	for i := range p.mrB.Bytes() {
+		p.mrB.Bytes()[i] = byte(i*13 + 5)
+	}
 	require.NoError(t, p.qpA.PostSend(p.read8(100, 0)))
 	require.Equal(t, rdma.WCSuccess, waitOne(t, p.cqA).Status)
 	q := p.qpA.(*qp)
@@ -49,26 +52,35 @@ func (p *pair) settle(t *testing.T) {
 // the background goroutine.
 func TestWaiterDrivesConnection(t *testing.T) {
 	p := newPair(t)
-	const rounds = 50
-	for i := range 8 * rounds {
-		p.mrB.Bytes()[i] = byte(i*7 + 1)
-	}
 	p.settle(t)
+	p.driveRounds(t, func() rdma.WorkCompletion { return waitOne(t, p.cqA) })
+}
+
+// driveRounds READs 8 bytes 50 times, each completion taken by complete,
+// and fails unless most were taken by driving the connection. (Not all:
+// a request the sender goroutine happens to transmit is left to the
+// background goroutine.)
+func (p *pair) driveRounds(t *testing.T, complete func() rdma.WorkCompletion) {
+	t.Helper()
+	const rounds = 50
 	q := p.qpA.(*qp)
+	driven := 0
 	for i := range uint64(rounds) {
 		q.mu.Lock()
 		gen := q.rxGen
 		q.mu.Unlock()
 		require.NoError(t, p.qpA.PostSend(p.read8(i, 8*i)))
-		wc := waitOne(t, p.cqA)
+		wc := complete()
 		require.Equal(t, rdma.WCSuccess, wc.Status)
 		require.Equal(t, i, wc.ID)
 		require.Equal(t, p.mrB.Bytes()[8*i:8*i+8], p.mrA.Bytes()[8*i:8*i+8], "round %d", i)
 		q.mu.Lock()
-		require.Equal(t, gen+1, q.rxGen, "round %d: the waiter did not drive the connection", i)
-		require.Equal(t, rxIdle, q.rxMode)
+		if q.rxGen != gen {
+			driven++
+		}
 		q.mu.Unlock()
 	}
+	require.GreaterOrEqual(t, driven, rounds/2, "the connection was driven in %d rounds of %d", driven, rounds)
 }
 
 // TestDriverInterruptedByOtherCompletion: a waiter driving the requester
@@ -100,7 +112,6 @@ func TestDriverInterruptedByOtherCompletion(t *testing.T) {
 // next waiter.
 func TestDriverCanceled(t *testing.T) {
 	p := newPair(t)
-	copy(p.mrB.Bytes()[8:], "8 bytes!")
 	p.settle(t)
 	p.devB.SetDelay(300 * time.Millisecond)
 	require.NoError(t, p.qpA.PostSend(p.read8(1, 8)))
@@ -113,7 +124,7 @@ func TestDriverCanceled(t *testing.T) {
 	require.Less(t, time.Since(start), 250*time.Millisecond)
 	got := waitOne(t, p.cqA)
 	require.Equal(t, rdma.WCSuccess, got.Status)
-	require.Equal(t, "8 bytes!", string(p.mrA.Bytes()[8:16]))
+	require.Equal(t, p.mrB.Bytes()[8:16], p.mrA.Bytes()[8:16])
 	require.Equal(t, rdma.QPSRTS, p.qpA.State())
 }
 
@@ -153,5 +164,39 @@ func TestDropIdleConnection(t *testing.T) {
 	for p.qpA.State() != rdma.QPSErr {
 		require.True(t, time.Now().Before(deadline), "queue pair still %v after its connections dropped", p.qpA.State())
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// pollOne polls cq until it returns a completion, for at most 10 s.
+func pollOne(t *testing.T, cq rdma.CQ) rdma.WorkCompletion {
+	t.Helper()
+	var wc [1]rdma.WorkCompletion
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := cq.Poll(wc[:])
+		require.NoError(t, err)
+		if n == 1 {
+			return wc[0]
+		}
+		require.True(t, time.Now().Before(deadline), "no completion")
+	}
+}
+
+// TestPollDrivesConnection: Poll applies the responses that have arrived
+// on an idle connection itself; one too large to take without blocking is
+// left to the background goroutine, and completes all the same.
+func TestPollDrivesConnection(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	p.driveRounds(t, func() rdma.WorkCompletion { return pollOne(t, p.cqA) })
+	for _, size := range []uint32{60 << 10, 1 << 20} {
+		require.NoError(t, p.qpA.PostSend([]rdma.SendWR{{ID: 99, Opcode: rdma.OpRead, Flags: rdma.SendSignaled,
+			SGL:        []rdma.SGE{{Addr: p.mrA.Addr(), Length: size, LKey: p.mrA.LKey()}},
+			RemoteAddr: p.mrB.Addr(), RKey: p.mrB.RKey()}}))
+		wc := pollOne(t, p.cqA)
+		require.Equal(t, rdma.WCSuccess, wc.Status, "READ of %d bytes", size)
+		require.Equal(t, size, wc.ByteLen)
+		require.Equal(t, p.mrB.Bytes()[:size], p.mrA.Bytes()[:size], "READ of %d bytes", size)
+		require.Equal(t, rdma.QPSRTS, p.qpA.State())
 	}
 }
