@@ -241,6 +241,9 @@ func FuzzRequesterStream(f *testing.F) {
 	f.Add(seed(frameHeader{Type: frameNak, PSN: psn + 1, Code: uint8(nakRemoteAccess)}))
 	f.Add(seed(frameHeader{Type: frameReadResp, PSN: psn + 1, Length: 1 << 20}))
 	dev, pd, cq, region := fuzzDevice(f, 4096)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(f, err)
+	f.Cleanup(func() { ln.Close() })
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		mr := region.mr
 		qi, err := pd.CreateQP(rdma.QPConfig{SendCQ: cq, RecvCQ: cq})
@@ -251,10 +254,19 @@ func FuzzRequesterStream(f *testing.F) {
 		require.NoError(t, q.Modify(rdma.QPAttr{State: rdma.QPSInit}))
 		require.NoError(t, q.Modify(rdma.QPAttr{State: rdma.QPSRTR, Remote: rdma.Endpoint{QPN: 99, Addr: "fuzz"}}))
 		require.NoError(t, q.Modify(rdma.QPAttr{State: rdma.QPSRTS, Timeout: 14, RetryCount: 1, RNRRetry: 1}))
-		local, peer := net.Pipe()
+		// A TCP connection, so that Poll can drive it (rx.go): half
+		// the streams are read by Poll, half by the background goroutine.
+		local, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		peer, err := ln.Accept()
+		require.NoError(t, err)
+		byPoll := len(stream)%2 == 0
 		c := dev.track(local)
 		q.mu.Lock()
 		q.useConnLocked(c)
+		if byPoll {
+			q.rxMode = rxIdle
+		}
 		q.mu.Unlock()
 		go io.Copy(io.Discard, peer)
 		sge := func(off uint64, n uint32) []rdma.SGE {
@@ -277,6 +289,7 @@ func FuzzRequesterStream(f *testing.F) {
 		// However the stream ended, the queue pair must settle: done
 		// or in error, never stuck.
 		deadline := time.Now().Add(10 * time.Second)
+		var wc [4]rdma.WorkCompletion
 		for {
 			q.mu.Lock()
 			settled := q.sqHead == q.sqTail
@@ -287,7 +300,10 @@ func FuzzRequesterStream(f *testing.F) {
 			if time.Now().After(deadline) {
 				t.Fatal("requester did not settle after its connection closed")
 			}
-			time.Sleep(time.Millisecond)
+			if byPoll {
+				cq.Poll(wc[:])
+			}
+			time.Sleep(100 * time.Microsecond)
 		}
 		region.checkGuards(t)
 		drain(cq)
