@@ -126,16 +126,10 @@ func (q *qp) releaseIdle() {
 // or the connection fails. It reports false, having done nothing, unless
 // the connection was idle with requests in flight.
 func (q *qp) drive(ctx context.Context, c *cq) bool {
-	q.mu.Lock()
-	if q.rxMode != rxIdle || q.sqHead == q.sqNext {
-		q.mu.Unlock()
+	r := q.takeTurn(false)
+	if r == nil {
 		return false
 	}
-	q.rxMode = rxDriven
-	q.rxGen++
-	r := q.rx
-	q.mu.Unlock()
-
 	c.setDriver(r)
 	var stop func() bool
 	if ctx.Done() != nil {
@@ -146,23 +140,45 @@ func (q *qp) drive(ctx context.Context, c *cq) bool {
 		stop()
 	}
 	c.setDriver(nil)
+	q.endTurn(r, false, err)
+	return true
+}
+
+// takeTurn gives the read turn to the calling goroutine if the connection
+// is idle with requests in flight, and, with nonblock, can be read without
+// blocking. It returns the connection's reader, or nil.
+func (q *qp) takeTurn(nonblock bool) *responseReader {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.rxMode != rxIdle || q.sqHead == q.sqNext || (nonblock && q.rx.src.raw == nil) {
+		return nil
+	}
+	q.rxMode = rxDriven
+	q.rxGen++
+	return q.rx
+}
+
+// endTurn ends the calling goroutine's read turn after err (nil if the
+// connection is fine). The connection is idle again unless requests wait
+// for responses to clock them out, or stuck says a response waits to be
+// read by a goroutine that may block: then the background goroutine reads.
+func (q *qp) endTurn(r *responseReader, stuck bool, err error) {
 	if err != nil {
 		r.failed(err)
-		return true
+		return
 	}
 	q.mu.Lock()
-	if q.out == r.c && q.rxMode == rxDriven {
-		q.rxMode = rxIdle
-		switch {
-		case q.sqNext < q.sqTail:
-			// Requests wait for responses to clock them out.
-			q.toBackgroundLocked()
-		case q.sqHead < q.sqNext:
-			q.listIdleLocked()
-		}
+	defer q.mu.Unlock()
+	if q.out != r.c || q.rxMode != rxDriven {
+		return
 	}
-	q.mu.Unlock()
-	return true
+	q.rxMode = rxIdle
+	switch {
+	case stuck || q.sqNext < q.sqTail:
+		q.toBackgroundLocked()
+	case q.sqHead < q.sqNext:
+		q.listIdleLocked()
+	}
 }
 
 // driveUntil reads and applies responses until c has a completion, ctx
@@ -319,35 +335,17 @@ func (d *Device) sweep(q *qp) {
 // nothing, unless the connection was idle with requests in flight and
 // can be read without blocking.
 func (q *qp) pollDrive() bool {
-	q.mu.Lock()
-	if q.rxMode != rxIdle || q.sqHead == q.sqNext || q.rx.src.raw == nil {
-		q.mu.Unlock()
+	r := q.takeTurn(true)
+	if r == nil {
 		return false
 	}
-	q.rxMode = rxDriven
-	q.rxGen++
-	r := q.rx
-	q.mu.Unlock()
-
 	r.src.nonblock = true
 	stuck, err := r.drain()
 	r.src.nonblock = false
-	if err != nil {
-		r.failed(err)
-		return true
+	if err == nil {
+		r.transmitQueued()
 	}
-	r.transmitQueued()
-	q.mu.Lock()
-	if q.out == r.c && q.rxMode == rxDriven {
-		q.rxMode = rxIdle
-		switch {
-		case stuck || q.sqNext < q.sqTail:
-			q.toBackgroundLocked()
-		case q.sqHead < q.sqNext:
-			q.listIdleLocked()
-		}
-	}
-	q.mu.Unlock()
+	q.endTurn(r, stuck, err)
 	return true
 }
 
