@@ -23,7 +23,7 @@ type cq struct {
 	notify chan struct{}
 	// driver is the connection a goroutine in Wait reads (rx.go), to be
 	// interrupted when a completion arrives from elsewhere.
-	driver *responseReader
+	driver *readTurn
 	// idleHint is set when a queue pair of the CQ has an idle
 	// connection with requests in flight (qp.listIdleLocked).
 	idleHint atomic.Bool
@@ -69,7 +69,7 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 // wake wakes a goroutine sleeping in Wait, and interrupts d, the driver
 // of a connection (nil if none): a completion it did not read itself has
 // arrived.
-func (c *cq) wake(d *responseReader) {
+func (c *cq) wake(d *readTurn) {
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -79,7 +79,7 @@ func (c *cq) wake(d *responseReader) {
 	}
 }
 
-func (c *cq) setDriver(r *responseReader) {
+func (c *cq) setDriver(r *readTurn) {
 	c.mu.Lock()
 	c.driver = r
 	c.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
@@ -294,21 +293,10 @@ func (q *qp) connFailed(c *wireConn) {
 // connection to its queue pair's send queue. Whoever holds the
 // connection's read turn (see rx.go) uses it; nobody else touches it.
 type responseReader struct {
+	readTurn
 	q   *qp
-	c   *wireConn
 	src *rxSource // what br reads
 	br  *bufio.Reader
-
-	// wake rouses the background goroutine when the read turn becomes
-	// its, or when the connection stops being the queue pair's.
-	wake chan struct{}
-
-	// intrMu guards parked and interrupted: a driver parked waiting for
-	// the next response can be interrupted (by a read deadline in the
-	// past) when a completion arrives from elsewhere or its context ends.
-	intrMu      sync.Mutex
-	parked      bool
-	interrupted bool
 
 	hdr   [frameHeaderSize]byte
 	sgl   []rdma.SGE
@@ -321,15 +309,7 @@ func newResponseReader(q *qp, c *wireConn) *responseReader {
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		src.raw, _ = sc.SyscallConn()
 	}
-	return &responseReader{q: q, c: c, src: src, br: bufio.NewReaderSize(src, 64<<10), wake: make(chan struct{}, 1)}
-}
-
-// kick wakes the background goroutine.
-func (r *responseReader) kick() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
+	return &responseReader{readTurn: newReadTurn(c), q: q, src: src, br: bufio.NewReaderSize(src, 64<<10)}
 }
 
 // failed ends the connection after a read or a response failed.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -130,7 +131,7 @@ func (q *qp) drive(ctx context.Context, c *cq) bool {
 	if r == nil {
 		return false
 	}
-	c.setDriver(r)
+	c.setDriver(&r.readTurn)
 	var stop func() bool
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, r.interrupt)
@@ -210,9 +211,7 @@ func (r *responseReader) driveUntil(ctx context.Context, c *cq) error {
 // reports whether it should: parked first, so that a completion pushed
 // after the check interrupts the read (see interrupt).
 func (r *responseReader) park(ctx context.Context, c *cq) bool {
-	r.intrMu.Lock()
-	r.parked = true
-	r.intrMu.Unlock()
+	r.setParked()
 	q := r.q
 	q.mu.Lock()
 	inFlight := q.out == r.c && q.sqHead < q.sqNext
@@ -222,28 +221,6 @@ func (r *responseReader) park(ctx context.Context, c *cq) bool {
 		return false
 	}
 	return true
-}
-
-// unpark ends a parked read, clearing the deadline an interrupt set.
-func (r *responseReader) unpark() {
-	r.intrMu.Lock()
-	r.parked = false
-	if r.interrupted {
-		r.interrupted = false
-		r.c.SetReadDeadline(time.Time{})
-	}
-	r.intrMu.Unlock()
-}
-
-// interrupt makes a parked driver's read return at once. It does nothing
-// to a read in the middle of a response, which stays whole.
-func (r *responseReader) interrupt() {
-	r.intrMu.Lock()
-	if r.parked && !r.interrupted {
-		r.interrupted = true
-		r.c.SetReadDeadline(aLongTimeAgo)
-	}
-	r.intrMu.Unlock()
 }
 
 // listIdleLocked notes that the connection is idle with requests in
@@ -419,4 +396,64 @@ func (s *rxSource) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readTurn is what the goroutines taking turns at reading one connection
+// share: the background goroutine's wake-up, and the interruptible park
+// of a driver.
+type readTurn struct {
+	c *wireConn
+	// wake rouses the background goroutine when the read turn becomes
+	// its, or when the connection stops being the queue pair's.
+	wake chan struct{}
+
+	// intrMu guards parked and interrupted: a driver parked waiting for
+	// the next frame can be interrupted (by a read deadline in the past)
+	// when a completion arrives from elsewhere or its context ends.
+	intrMu      sync.Mutex
+	parked      bool
+	interrupted bool
+}
+
+func newReadTurn(c *wireConn) readTurn {
+	return readTurn{c: c, wake: make(chan struct{}, 1)}
+}
+
+// kick wakes the background goroutine.
+func (t *readTurn) kick() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setParked marks the reader as about to block for the next frame. The
+// caller checks whether it still should after this, so that an interrupt
+// racing with the check is not lost.
+func (t *readTurn) setParked() {
+	t.intrMu.Lock()
+	t.parked = true
+	t.intrMu.Unlock()
+}
+
+// unpark ends a parked read, clearing the deadline an interrupt set.
+func (t *readTurn) unpark() {
+	t.intrMu.Lock()
+	t.parked = false
+	if t.interrupted {
+		t.interrupted = false
+		t.c.SetReadDeadline(time.Time{})
+	}
+	t.intrMu.Unlock()
+}
+
+// interrupt makes a parked read return at once. It does nothing to a read
+// in the middle of a frame, which stays whole.
+func (t *readTurn) interrupt() {
+	t.intrMu.Lock()
+	if t.parked && !t.interrupted {
+		t.interrupted = true
+		t.c.SetReadDeadline(aLongTimeAgo)
+	}
+	t.intrMu.Unlock()
 }
