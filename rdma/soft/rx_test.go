@@ -3,6 +3,7 @@ package soft
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -199,4 +200,77 @@ func TestPollDrivesConnection(t *testing.T) {
 		require.Equal(t, p.mrB.Bytes()[:size], p.mrA.Bytes()[:size], "READ of %d bytes", size)
 		require.Equal(t, rdma.QPSRTS, p.qpA.State())
 	}
+}
+
+// TestReadTurnMixedUse completes batches of requests each in a randomly
+// chosen way (Wait, Poll, Poll after a pause, Wait with contexts that
+// expire first, nothing until the janitor reads), so that the read turn
+// passes between waiters, pollers and the background goroutine in every
+// order. Every request must complete, READs with the right data.
+func TestReadTurnMixedUse(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	src := p.mrB.Bytes()
+	deadline := time.Now().Add(2 * time.Second)
+	var wc [8]rdma.WorkCompletion
+	rounds, methods := 0, [5]int{}
+	for time.Now().Before(deadline) {
+		k := 1 + rng.IntN(4)
+		wrs := make([]rdma.SendWR, k)
+		offs := make([]uint64, k)
+		for i := range wrs {
+			offs[i] = uint64(rng.IntN(1<<19-64)) &^ 7 // READs: B's lower half
+			n := uint32(8 + rng.IntN(56))
+			op := rdma.OpRead
+			if rng.IntN(3) == 0 {
+				op = rdma.OpWrite // into B's upper half, which nobody reads
+				offs[i] += 1 << 19
+			}
+			wrs[i] = rdma.SendWR{ID: uint64(i), Opcode: op, Flags: rdma.SendSignaled,
+				SGL:        []rdma.SGE{{Addr: p.mrA.Addr() + offs[i], Length: n, LKey: p.mrA.LKey()}},
+				RemoteAddr: p.mrB.Addr() + offs[i], RKey: p.mrB.RKey()}
+		}
+		require.NoError(t, p.qpA.PostSend(wrs))
+		method := rng.IntN(len(methods))
+		methods[method]++
+		if method == 4 {
+			time.Sleep(janitorTick * 3 / 2) // nobody reads but the janitor's goroutine
+		}
+		got := 0
+		for got < k {
+			var n int
+			var err error
+			switch method {
+			case 0, 4:
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				n, err = p.cqA.Wait(ctx, wc[:])
+				cancel()
+			case 1:
+				n, err = p.cqA.Poll(wc[:])
+			case 2:
+				time.Sleep(time.Duration(rng.IntN(200)) * time.Microsecond)
+				n, err = p.cqA.Poll(wc[:])
+			case 3:
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(50))*time.Microsecond)
+				n, err = p.cqA.Wait(ctx, wc[:])
+				cancel()
+				if errors.Is(err, context.DeadlineExceeded) {
+					err = nil
+				}
+			}
+			require.NoError(t, err, "round %d, method %d", rounds, method)
+			for _, w := range wc[:n] {
+				require.Equal(t, rdma.WCSuccess, w.Status, "round %d, method %d", rounds, method)
+				if r := wrs[w.ID]; r.Opcode == rdma.OpRead {
+					o, l := offs[w.ID], uint64(r.SGL[0].Length)
+					require.Equal(t, src[o:o+l], p.mrA.Bytes()[o:o+l], "round %d: READ data", rounds)
+				}
+			}
+			got += n
+		}
+		rounds++
+	}
+	require.Equal(t, rdma.QPSRTS, p.qpA.State())
+	t.Logf("%d rounds; by Wait, Poll, Poll after a pause, expiring Waits, janitor: %v", rounds, methods)
 }
