@@ -198,84 +198,6 @@ func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode
 	return bwResult{bytesPerSec: float64(counted) * float64(size) / secs, msgsPerSec: float64(counted) / secs}, nil
 }
 
-// minLatencySamples is how many round trips a latency test takes at the
-// least, however long that takes on a starved machine.
-const minLatencySamples = 20
-
-// latency issues one 8-byte request of op at a time for the plan's
-// duration (and at least minLatencySamples times) and returns every round
-// trip. For SEND it is a ping-pong: the
-// server answers each message with one of the same size.
-func (c *benchClient) latency(ctx context.Context, test string, op rdma.Opcode, size int) ([]time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.plan.testTimeout())
-	defer cancel()
-	bc, err := c.dial(ctx, test, size, 1, 2, size)
-	if err != nil {
-		return nil, err
-	}
-	wr := []rdma.SendWR{{ID: 1, Opcode: op, Flags: rdma.SendSignaled,
-		SGL:        []rdma.SGE{{Addr: bc.mr.Addr(), Length: uint32(size), LKey: bc.mr.LKey()}},
-		RemoteAddr: bc.remote.Addr, RKey: bc.remote.RKey}}
-	if op == rdma.OpSend && size <= c.inline {
-		wr[0].Flags |= rdma.SendInline
-	}
-	recv := []rdma.RecvWR{{ID: 2, SGL: []rdma.SGE{{Addr: bc.mr.Addr() + uint64(size), Length: uint32(size), LKey: bc.mr.LKey()}}}}
-	pingPong := op == rdma.OpSend
-	samples := make([]time.Duration, 0, 1<<16)
-	var wcs [4]rdma.WorkCompletion
-	start := time.Now()
-	warmEnd, deadline := start.Add(c.plan.warmup()), start.Add(c.plan.warmup()+c.plan.duration)
-	fail := func(err error) ([]time.Duration, error) {
-		bc.close()
-		return nil, fmt.Errorf("%v latency: %w", op, err)
-	}
-	for {
-		if pingPong {
-			if err := bc.qp.PostRecv(recv); err != nil {
-				return fail(err)
-			}
-		}
-		t0 := time.Now()
-		if t0.After(deadline) && len(samples) >= minLatencySamples {
-			break
-		}
-		if err := bc.qp.PostSend(wr); err != nil {
-			return fail(err)
-		}
-		// A ping-pong's round trip ends with the reply's receive; the
-		// SEND's own completion may come before or after it.
-		var rtt time.Duration
-		sent, got := false, !pingPong
-		for !sent || !got {
-			n, err := pollCQ(ctx, bc.cq, wcs[:], c.plan.poll)
-			if err != nil {
-				return fail(err)
-			}
-			for _, w := range wcs[:n] {
-				if w.Status != rdma.WCSuccess {
-					return fail(w.Err())
-				}
-				switch w.ID {
-				case 1:
-					sent = true
-					if !pingPong {
-						rtt = time.Since(t0)
-					}
-				case 2:
-					got = true
-					rtt = time.Since(t0)
-				}
-			}
-		}
-		if t0.After(warmEnd) {
-			samples = append(samples, rtt)
-		}
-	}
-	// A ping-pong's receive posted for the next round is still
-	// outstanding; closing the queue pair discards it.
-	return samples, c.finish(ctx, bc)
-}
-
 // percentiles of round trips, in microseconds.
 type latStats struct {
 	n              int
@@ -415,14 +337,10 @@ func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
 	p := c.plan
 	const size = 8
 	t := &benchTable{
-		Title:   fmt.Sprintf("rdma latency: round trips of one %d-byte request at a time, µs, %v per test", size, p.duration),
+		Title: fmt.Sprintf("rdma latency: round trips of one %d-byte request at a time, µs, %v per test, the tests taking %d turns",
+			size, p.duration, latSlices),
 		Columns: []string{"test", "size", "p50", "p99", "p99.9", "samples", "TCP p50", "vs TCP"},
 	}
-	tcpSamples, err := tcpPingPong(ctx, c.tcpAddrOrDial(ctx), size, p.warmup(), p.duration)
-	if err != nil {
-		return nil, err
-	}
-	tcp := summarize(tcpSamples)
 	caps := c.dev.Caps()
 	rows := []struct {
 		name string
@@ -435,17 +353,44 @@ func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
 		{"ATOMIC_FETCH_AND_ADD", benchTestAtomic, rdma.OpAtomicFetchAndAdd, caps.Atomics},
 		{"ATOMIC_CMP_AND_SWP", benchTestAtomic, rdma.OpAtomicCmpAndSwp, caps.Atomics},
 	}
+	tcpAddr := c.tcpAddrOrDial(ctx)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(rows)+1)*p.testTimeout())
+	defer cancel()
+	var probes []latProbe
+	defer func() {
+		for _, pr := range probes {
+			pr.close(ctx)
+		}
+	}()
+	tcpProbe, err := newTCPLatProbe(ctx, tcpAddr, size)
+	if err != nil {
+		return nil, err
+	}
+	probes = append(probes, tcpProbe)
+	for _, r := range rows {
+		if !r.on {
+			continue
+		}
+		pr, err := c.newRDMALatProbe(ctx, r.test, r.op, size)
+		if err != nil {
+			return nil, err
+		}
+		probes = append(probes, pr)
+	}
+	samples, err := runLatProbes(probes, p.warmup(), p.duration)
+	if err != nil {
+		return nil, err
+	}
+	tcp := summarize(samples[0])
 	var read latStats
+	next := 1
 	for _, r := range rows {
 		if !r.on {
 			t.add(r.name, humanBytes(size), "-", "-", "-", "0", fmt.Sprintf("%.1f", tcp.p50), "no atomics")
 			continue
 		}
-		samples, err := c.latency(ctx, r.test, r.op, size)
-		if err != nil {
-			return nil, err
-		}
-		s := summarize(samples)
+		s := summarize(samples[next])
+		next++
 		if r.op == rdma.OpRead {
 			read = s
 		}
@@ -455,6 +400,7 @@ func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
 	t.add("TCP ping-pong", humanBytes(size), fmt.Sprintf("%.1f", tcp.p50), fmt.Sprintf("%.1f", tcp.p99), fmt.Sprintf("%.1f", tcp.p999),
 		strconv.Itoa(tcp.n), fmt.Sprintf("%.1f", tcp.p50), ratio(tcp.p50, tcp.p50))
 	t.note("vs TCP: p50 over the TCP ping-pong's p50 (lower is better); every figure is a full round trip")
+	t.note("the tests took turns, %v each, so that all were measured across the same spans of time", p.duration/latSlices)
 	t.note("polling: %s", pollDescription(p.poll))
 	if tcp.p50 > 0 && read.n > 0 {
 		x := read.p50 / tcp.p50

@@ -127,35 +127,3 @@ func tcpStream(ctx context.Context, addr string, size int, d time.Duration) (flo
 	}
 	return float64(sent) / el.Seconds(), nil
 }
-
-// tcpPingPong sends size bytes and waits for them back, for d (and at
-// least minLatencySamples times), and returns every round trip.
-func tcpPingPong(ctx context.Context, addr string, size int, warm, d time.Duration) ([]time.Duration, error) {
-	c, err := dialTCPBench(ctx, addr, tcpBenchRequest{Mode: "pingpong", Size: size})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	buf := make([]byte, size)
-	samples := make([]time.Duration, 0, 1<<16)
-	start := time.Now()
-	warmEnd, deadline := start.Add(warm), start.Add(warm+d)
-	for {
-		t0 := time.Now()
-		if t0.After(deadline) && len(samples) >= minLatencySamples {
-			break
-		}
-		if _, err := c.Write(buf); err != nil {
-			return nil, fmt.Errorf("TCP ping-pong: %w", err)
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return nil, fmt.Errorf("TCP ping-pong: %w", err)
-		}
-		if t0.After(warmEnd) {
-			samples = append(samples, time.Since(t0))
-		}
-	}
-	return samples, nil
-}
