@@ -95,7 +95,21 @@ func TestDriverInterruptedByOtherCompletion(t *testing.T) {
 	require.NoError(t, p.qpA.PostRecv([]rdma.RecvWR{{ID: 7, SGL: []rdma.SGE{{Addr: p.mrA.Addr() + 64, Length: 64, LKey: p.mrA.LKey()}}}}))
 	require.NoError(t, p.qpA.PostSend(p.read8(1, 0)))
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		// Once A's waiter is parked reading for the READ's response.
+		cqA := p.cqA.(*cq)
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			cqA.mu.Lock()
+			d := cqA.driver
+			cqA.mu.Unlock()
+			if d != nil {
+				d.intrMu.Lock()
+				parked := d.parked
+				d.intrMu.Unlock()
+				if parked {
+					break
+				}
+			}
+		}
 		p.qpB.PostSend([]rdma.SendWR{{ID: 9, Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: p.mrB.Addr(), Length: 8, LKey: p.mrB.LKey()}}}})
 	}()
 	start := time.Now()
