@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/octofs/octofs/rdma"
@@ -23,6 +22,7 @@ type txScratch struct {
 	hdrs   []byte
 	inline []byte
 	bufs   net.Buffers
+	out    net.Buffers // what WriteTo consumes of bufs, a field so as not to allocate
 	spans  [][]byte
 	held   []*mr
 }
@@ -222,8 +222,8 @@ func (q *qp) transmit(limit int, poster bool) (more bool) {
 			tx.held = releaseAll(tx.held)
 			return more
 		}
-		bufs := tx.bufs                // WriteTo consumes its receiver
-		_, err := bufs.WriteTo(c.Conn) // the net.Conn itself, which writes with writev
+		tx.out = tx.bufs                 // WriteTo consumes its receiver
+		_, err := tx.out.WriteTo(c.Conn) // the net.Conn itself, which writes with writev
 		tx.held = releaseAll(tx.held)
 		if err != nil {
 			q.connFailed(c)
@@ -305,10 +305,7 @@ type responseReader struct {
 }
 
 func newResponseReader(q *qp, c *wireConn) *responseReader {
-	src := &rxSource{c: c}
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		src.raw, _ = sc.SyscallConn()
-	}
+	src := newRxSource(c)
 	return &responseReader{readTurn: newReadTurn(c), q: q, src: src, br: bufio.NewReaderSize(src, 64<<10)}
 }
 

@@ -34,6 +34,8 @@ type responder struct {
 	ackPSN     uint32
 	rhdr       [frameHeaderSize]byte // a large READ response's header
 	rbufs      net.Buffers
+	rout       net.Buffers           // what WriteTo consumes of rbufs
+	whdr       [frameHeaderSize]byte // writeHeader's scratch
 
 	hdr   [frameHeaderSize]byte
 	sgl   []rdma.SGE
@@ -157,9 +159,8 @@ func (r *responder) flushLocked() error {
 
 // writeHeader buffers a response header; the caller holds wmu.
 func (r *responder) writeHeader(h frameHeader) {
-	var b [frameHeaderSize]byte
-	h.encode(b[:])
-	r.bw.Write(b[:])
+	h.encode(r.whdr[:])
+	r.bw.Write(r.whdr[:])
 }
 
 // done records that the request at h.PSN executed; with ack, it is to be
@@ -385,8 +386,8 @@ func (r *responder) read(h *frameHeader) error {
 		r.q.dev.responseDelay()
 		resp.encode(r.rhdr[:])
 		r.rbufs = append(r.rbufs[:0], r.rhdr[:], span)
-		bufs := r.rbufs                  // WriteTo consumes its receiver
-		_, err := bufs.WriteTo(r.c.Conn) // the net.Conn itself, which writes with writev
+		r.rout = r.rbufs                   // WriteTo consumes its receiver
+		_, err := r.rout.WriteTo(r.c.Conn) // the net.Conn itself, which writes with writev
 		clear(r.rbufs[:2])
 		return err
 	}

@@ -369,25 +369,45 @@ type rxSource struct {
 	c        *wireConn
 	raw      syscall.RawConn // nil if the connection is not a socket
 	nonblock bool
+
+	// A non-blocking read's buffer and result, with readFD bound once, so
+	// that an empty Poll allocates nothing.
+	p      []byte
+	n      int
+	err    error
+	readFD func(fd uintptr) bool
+}
+
+func newRxSource(c *wireConn) *rxSource {
+	s := &rxSource{c: c}
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		s.raw, _ = sc.SyscallConn()
+	}
+	s.readFD = s.readOnce
+	return s
+}
+
+// readOnce reads what the socket holds into s.p, never waiting for more.
+func (s *rxSource) readOnce(fd uintptr) bool {
+	for {
+		s.n, s.err = unix.Read(int(fd), s.p)
+		if s.err != unix.EINTR {
+			return true
+		}
+	}
 }
 
 func (s *rxSource) Read(p []byte) (int, error) {
 	if !s.nonblock {
 		return s.c.Read(p)
 	}
-	var n int
-	var err error
-	if rerr := s.raw.Read(func(fd uintptr) bool {
-		for {
-			n, err = unix.Read(int(fd), p)
-			if err != unix.EINTR {
-				return true // never wait for readiness
-			}
-		}
-	}); rerr != nil {
-		return 0, rerr
-	}
+	s.p = p
+	rerr := s.raw.Read(s.readFD)
+	n, err := s.n, s.err
+	s.p, s.err = nil, nil
 	switch {
+	case rerr != nil:
+		return 0, rerr
 	case err == unix.EAGAIN:
 		return 0, errWouldBlock
 	case err != nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -287,4 +288,42 @@ func TestReadTurnMixedUse(t *testing.T) {
 	}
 	require.Equal(t, rdma.QPSRTS, p.qpA.State())
 	t.Logf("%d rounds; by Wait, Poll, Poll after a pause, expiring Waits, janitor: %v", rounds, methods)
+}
+
+// TestPollDoesNotAllocate: polling, empty or not, allocates nothing,
+// nor does a READ's round trip through the provider on either side.
+func TestPollDoesNotAllocate(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	wr := p.read8(1, 0)
+	var wc [4]rdma.WorkCompletion
+	roundTrip := func() {
+		require.NoError(t, p.qpA.PostSend(wr))
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			n, err := p.cqA.Poll(wc[:])
+			require.NoError(t, err)
+			if n > 0 {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "no completion")
+		}
+	}
+	// Not testing.AllocsPerRun: on one thread, a polling loop would
+	// starve the responder. Counted over the whole process instead, so a
+	// timer's allocation now and then is allowed for.
+	perOp := func(n int, f func()) float64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			f()
+		}
+		runtime.ReadMemStats(&after)
+		return float64(after.Mallocs-before.Mallocs) / float64(n)
+	}
+	perOp(100, roundTrip) // warm up scratch buffers on both sides
+	require.Less(t, perOp(500, roundTrip), 0.1, "allocations per READ posted and polled")
+
+	p.devB.SetDelay(200 * time.Millisecond) // the next READ stays in flight
+	require.NoError(t, p.qpA.PostSend(wr))
+	require.Less(t, perOp(2000, func() { p.cqA.Poll(wc[:]) }), 0.01, "allocations per empty Poll")
 }
