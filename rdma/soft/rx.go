@@ -39,11 +39,12 @@ import (
 // NAKs, errors and FENCEd requests need their responses read even if
 // nobody waits on the send CQ. So the turn goes back to the background
 // goroutine when requests are posted behind ones in flight (the
-// background goroutine clocks batches, see transmitQueued), when a Poll
-// that cannot drive or a Wait that will sleep finds a CQ of the queue
-// pair empty, when a Poll finds a response too large to take without
-// blocking, when the
-// transport timer fires, and when the device's janitor finds the
+// background goroutine clocks batches, see transmitQueued), when the
+// sender goroutine transmits (the application may be asleep already),
+// when a Poll that cannot drive or a Wait that will sleep finds a CQ of
+// the queue pair empty, when a Poll finds a response too large to take
+// without blocking, when the transport timer fires, when the device's
+// connections are dropped, and when the device's janitor finds the
 // connection idle with work in flight for a whole tick without a driver.
 type rxMode uint8
 
