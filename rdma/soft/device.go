@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,10 +156,7 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	qps := make([]*qp, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
+	qps := slices.Collect(maps.Values(d.qps))
 	d.mu.Unlock()
 	d.janMu.Lock()
 	d.janClosed = true
@@ -178,14 +177,8 @@ func (d *Device) Close() error {
 // rest are flushed.
 func (d *Device) DropConnections() {
 	d.mu.Lock()
-	conns := make([]*wireConn, 0, len(d.conns))
-	for c := range d.conns {
-		conns = append(conns, c)
-	}
-	qps := make([]*qp, 0, len(d.qps))
-	for _, q := range d.qps {
-		qps = append(qps, q)
-	}
+	conns := slices.Collect(maps.Keys(d.conns))
+	qps := slices.Collect(maps.Values(d.qps))
 	d.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
