@@ -27,6 +27,9 @@ type cq struct {
 	// idleHint is set when a queue pair of the CQ has an idle
 	// connection with requests in flight (qp.listIdleLocked).
 	idleHint atomic.Bool
+	// sleepers counts goroutines asleep in Wait, for a poster to wake
+	// one to drive the connection (qp.transmit).
+	sleepers atomic.Int32
 }
 
 var _ rdma.CQ = (*cq)(nil)
@@ -194,10 +197,15 @@ func (c *cq) Wait(ctx context.Context, wc []rdma.WorkCompletion) (int, error) {
 			}
 			continue
 		}
+		// Counted before looking at idleHint, and a poster sets the hint
+		// before counting sleepers: one of the two sees the other.
+		c.sleepers.Add(1)
 		c.releaseIdle()
 		select {
 		case <-c.notify:
+			c.sleepers.Add(-1)
 		case <-ctx.Done():
+			c.sleepers.Add(-1)
 			return 0, ctx.Err()
 		}
 	}

@@ -211,11 +211,7 @@ func (q *qp) transmit(limit int, poster bool) (more bool) {
 			}
 		}
 		if batch > 0 && q.rxMode == rxIdle {
-			if poster {
-				q.listIdleLocked()
-			} else {
-				q.toBackgroundLocked()
-			}
+			q.whoReadsLocked(poster)
 		}
 		q.mu.Unlock()
 		if batch == 0 {

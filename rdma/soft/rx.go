@@ -40,7 +40,8 @@ import (
 // nobody waits on the send CQ. So the turn goes back to the background
 // goroutine when requests are posted behind ones in flight (the
 // background goroutine clocks batches, see transmitQueued), when the
-// sender goroutine transmits (the application may be asleep already),
+// sender goroutine transmits or the application sleeps on another CQ
+// (whoReadsLocked),
 // when a Poll that cannot drive or a Wait that will sleep finds a CQ of
 // the queue pair empty, when a Poll finds a response too large to take
 // without blocking, when the transport timer fires, when the device's
@@ -111,6 +112,26 @@ func (q *qp) toBackgroundLocked() {
 	}
 	q.rxMode = rxBackground
 	q.rx.kick()
+}
+
+// whoReadsLocked decides who will read the responses to requests just
+// transmitted on an idle connection. A goroutine asleep in Wait on the
+// send CQ is woken to drive it; if the application sleeps on the receive
+// CQ instead, or the sender goroutine transmitted, the background
+// goroutine reads; otherwise the poster is likely to wait or poll next,
+// and the janitor covers it if not.
+func (q *qp) whoReadsLocked(poster bool) {
+	switch {
+	case !poster:
+		q.toBackgroundLocked()
+	case q.sendCQ.sleepers.Load() > 0:
+		q.listIdleLocked()
+		q.sendCQ.wake(nil)
+	case q.recvCQ != q.sendCQ && q.recvCQ.sleepers.Load() > 0:
+		q.toBackgroundLocked()
+	default:
+		q.listIdleLocked()
+	}
 }
 
 // releaseIdle gives the read turn back to the background goroutine if the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -326,4 +327,36 @@ func TestPollDoesNotAllocate(t *testing.T) {
 	p.devB.SetDelay(200 * time.Millisecond) // the next READ stays in flight
 	require.NoError(t, p.qpA.PostSend(wr))
 	require.Less(t, perOp(2000, func() { p.cqA.Poll(wc[:]) }), 0.01, "allocations per empty Poll")
+}
+
+// TestPostWhileAnotherWaits: a request posted while another goroutine
+// already sleeps in Wait on the CQ (a completion dispatcher) completes in
+// a round trip, not after the janitor's ticks.
+func TestPostWhileAnotherWaits(t *testing.T) {
+	p := newPair(t)
+	p.settle(t)
+	cqA := p.cqA.(*cq)
+	wr := p.read8(1, 0)
+	const rounds = 21
+	took := make([]time.Duration, 0, rounds)
+	for range rounds {
+		done := make(chan time.Time, 1)
+		go func() {
+			wc := waitOne(t, p.cqA)
+			if wc.Status == rdma.WCSuccess {
+				done <- time.Now()
+			}
+			close(done)
+		}()
+		for deadline := time.Now().Add(5 * time.Second); cqA.sleepers.Load() == 0; time.Sleep(50 * time.Microsecond) {
+			require.True(t, time.Now().Before(deadline), "the waiter never slept")
+		}
+		start := time.Now()
+		require.NoError(t, p.qpA.PostSend(wr))
+		end, ok := <-done
+		require.True(t, ok, "the READ failed")
+		took = append(took, end.Sub(start))
+	}
+	slices.Sort(took)
+	require.Less(t, took[rounds/2], janitorTick/2, "median round trip %v: the responses waited for the janitor", took[rounds/2])
 }
