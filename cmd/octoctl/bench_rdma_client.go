@@ -357,9 +357,10 @@ func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(rows)+1)*p.testTimeout())
 	defer cancel()
 	var probes []latProbe
+	closed := false
 	defer func() {
-		for _, pr := range probes {
-			pr.close(ctx)
+		if !closed {
+			closeProbes(ctx, probes) // a failure is being returned already
 		}
 	}()
 	tcpProbe, err := newTCPLatProbe(ctx, tcpAddr, size)
@@ -377,8 +378,13 @@ func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
 		}
 		probes = append(probes, pr)
 	}
-	samples, err := runLatProbes(probes, p.warmup(), p.duration)
+	samples, err := runLatProbes(ctx, probes, p.warmup(), p.duration)
 	if err != nil {
+		return nil, err
+	}
+	// Ending the tests tells the server; a failure there fails the run.
+	closed = true
+	if err := closeProbes(ctx, probes); err != nil {
 		return nil, err
 	}
 	tcp := summarize(samples[0])

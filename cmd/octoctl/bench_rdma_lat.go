@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -29,15 +30,24 @@ const minLatencySamples = 20
 type latProbe interface {
 	// roundTrips times round trips, one at a time, until the time is
 	// past until (at least one), and appends them to samples.
-	roundTrips(until time.Time, samples []time.Duration) ([]time.Duration, error)
+	roundTrips(ctx context.Context, until time.Time, samples []time.Duration) ([]time.Duration, error)
 	close(ctx context.Context) error
+}
+
+// closeProbes closes every probe and returns what failed.
+func closeProbes(ctx context.Context, probes []latProbe) error {
+	var errs []error
+	for _, p := range probes {
+		errs = append(errs, p.close(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // runLatProbes warms every probe up, then has them take turns for d in
 // all, and returns each one's round trips.
-func runLatProbes(probes []latProbe, warm, d time.Duration) ([][]time.Duration, error) {
+func runLatProbes(ctx context.Context, probes []latProbe, warm, d time.Duration) ([][]time.Duration, error) {
 	for _, p := range probes {
-		if _, err := p.roundTrips(time.Now().Add(warm), nil); err != nil {
+		if _, err := p.roundTrips(ctx, time.Now().Add(warm), nil); err != nil {
 			return nil, err
 		}
 	}
@@ -46,14 +56,14 @@ func runLatProbes(probes []latProbe, warm, d time.Duration) ([][]time.Duration, 
 	var err error
 	for range latSlices {
 		for i, p := range probes {
-			if samples[i], err = p.roundTrips(time.Now().Add(slice), samples[i]); err != nil {
+			if samples[i], err = p.roundTrips(ctx, time.Now().Add(slice), samples[i]); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for i, p := range probes {
 		for len(samples[i]) < minLatencySamples {
-			if samples[i], err = p.roundTrips(time.Now().Add(slice), samples[i]); err != nil {
+			if samples[i], err = p.roundTrips(ctx, time.Now().Add(slice), samples[i]); err != nil {
 				return nil, err
 			}
 		}
@@ -64,7 +74,6 @@ func runLatProbes(probes []latProbe, warm, d time.Duration) ([][]time.Duration, 
 // rdmaLatProbe issues one 8-byte request of op at a time. For SEND it is
 // a ping-pong: the server answers each message with one of the same size.
 type rdmaLatProbe struct {
-	ctx  context.Context
 	c    *benchClient
 	bc   *benchConn
 	op   rdma.Opcode
@@ -78,7 +87,7 @@ func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.
 	if err != nil {
 		return nil, err
 	}
-	p := &rdmaLatProbe{ctx: ctx, c: c, bc: bc, op: op}
+	p := &rdmaLatProbe{c: c, bc: bc, op: op}
 	p.wr = []rdma.SendWR{{ID: 1, Opcode: op, Flags: rdma.SendSignaled,
 		SGL:        []rdma.SGE{{Addr: bc.mr.Addr(), Length: uint32(size), LKey: bc.mr.LKey()}},
 		RemoteAddr: bc.remote.Addr, RKey: bc.remote.RKey}}
@@ -91,7 +100,7 @@ func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.
 	return p, nil
 }
 
-func (p *rdmaLatProbe) roundTrips(until time.Time, samples []time.Duration) ([]time.Duration, error) {
+func (p *rdmaLatProbe) roundTrips(ctx context.Context, until time.Time, samples []time.Duration) ([]time.Duration, error) {
 	pingPong := p.recv != nil
 	fail := func(err error) ([]time.Duration, error) {
 		return nil, fmt.Errorf("%v latency: %w", p.op, err)
@@ -111,7 +120,7 @@ func (p *rdmaLatProbe) roundTrips(until time.Time, samples []time.Duration) ([]t
 		var rtt time.Duration
 		sent, got := false, !pingPong
 		for !sent || !got {
-			n, err := pollCQ(p.ctx, p.bc.cq, p.wcs[:], p.c.plan.poll)
+			n, err := pollCQ(ctx, p.bc.cq, p.wcs[:], p.c.plan.poll)
 			if err != nil {
 				return fail(err)
 			}
@@ -155,7 +164,7 @@ func newTCPLatProbe(ctx context.Context, addr string, size int) (*tcpLatProbe, e
 	return &tcpLatProbe{conn: c, buf: make([]byte, size), stop: context.AfterFunc(ctx, func() { c.Close() })}, nil
 }
 
-func (p *tcpLatProbe) roundTrips(until time.Time, samples []time.Duration) ([]time.Duration, error) {
+func (p *tcpLatProbe) roundTrips(_ context.Context, until time.Time, samples []time.Duration) ([]time.Duration, error) {
 	for {
 		t0 := time.Now()
 		if _, err := p.conn.Write(p.buf); err != nil {
