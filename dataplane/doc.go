@@ -1,17 +1,51 @@
 // Package dataplane moves file bytes between clients and the nodes' pmem
-// regions.
+// regions: the client asks a chunk's owner where the bytes live, then reads
+// and writes them with one-sided RDMA, so the owner's CPU is off the data
+// path.
 //
-// Built so far: Export, the node side of client-active I/O. It registers a
-// node's whole region as one RDMA memory region and accepts RC connections
-// from clients that present the cluster token (Hello, in the connection's
-// private data); they then read, write and lock the region with one-sided
-// operations that the RDMA provider executes without the node's code.
-// DialExport is the client side. The region's descriptor (uuid, base,
-// length, rkey) is published in the cluster map, readable only with the
-// token.
+// # Connections
 //
-// Still to come (see docs/architecture.md): chunk placement, extent maps
-// kept by each chunk's owner in pmem, and the read and write paths built on
-// them. The whole region, metadata areas included, is writable by any
-// client holding the token until the data path registers narrower regions.
+// A node has one rdma.Listener. Every connection request carries a Hello
+// (binary, internal/codec) in its private data: its Purpose (PurposeRPC or
+// PurposeData), the cluster token, the caller's ClientID and Incarnation,
+// and for node-to-node connections the calling Node. The node's accept
+// loop decodes it (DecodeHello), checks it (Hello.Authorize) and routes:
+// RPC connections to the rdma/rpc server, data connections to
+// Export.Accept, which answers with a Grant (the data session's id, the
+// node's incarnation, the block size). DialData is the client side.
+//
+// # Export: what is remotely accessible
+//
+// Export registers nothing at start. Each data connection gets a
+// protection domain of its own; the spans the chunk service exposes
+// (Expose: its data pools, never superblocks, redo log, bitmaps, records
+// or service logs) are registered in it lazily, one memory region per
+// span, the first time the chunk service hands that session an extent in
+// the span (RemoteKey). Invariants:
+//
+//   - Only exposed spans are in any memory region with remote rights.
+//   - An rkey works only on the connection it was issued for (a queue pair
+//     reaches only its own protection domain's regions).
+//   - When a connection ends (client gone, Evict, Revalidate after a token
+//     rotation, Export.Close, or the node process dying) its regions are
+//     deregistered before anything else happens to it: every rkey it was
+//     given fails at the responder (remote access error) from then on.
+//   - Withdraw(span) returns only when no session can reach the span.
+//
+// StartExport and DialExport are the previous whole-region export, kept
+// until the node's wiring uses NewExport; they register every byte of the
+// region, metadata included, for any token holder.
+//
+// # Wiring (package node)
+//
+//	inc := dataplane.RandomID()                 // the node process's incarnation
+//	exp, _ := dataplane.NewExport(dataplane.ExportConfig{Region, Device, Token, Incarnation: inc, Logger})
+//	// accept loop on the node's one listener:
+//	h, err := dataplane.DecodeHello(req.PrivateData)  // reject on error
+//	switch h.Purpose {
+//	case dataplane.PurposeRPC:  rpcServer.Accept(ctx, req, h)
+//	case dataplane.PurposeData: exp.Accept(ctx, req, h)
+//	}
+//	// on token rotation: exp.Revalidate(); to evict a client: exp.Evict(id)
+//	// shutdown: stop the accept loop, then exp.Close() before the region.
 package dataplane

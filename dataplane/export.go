@@ -2,8 +2,6 @@ package dataplane
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,91 +17,109 @@ var (
 	ErrUnauthorized = errors.New("dataplane: unauthorized")
 	// ErrBadHello means a connection request's private data is malformed.
 	ErrBadHello = errors.New("dataplane: malformed connection request")
+	// ErrNoSession means a request named a data session the node does not
+	// have (closed, evicted, or of an earlier process of the node): the
+	// client reconnects its data connection and asks again.
+	ErrNoSession = errors.New("dataplane: no such data session")
+	// ErrNotExposed means a span was asked for that is not (or no longer)
+	// remotely accessible.
+	ErrNotExposed = errors.New("dataplane: span not exposed")
+	// ErrClosed means the export or engine was closed.
+	ErrClosed = errors.New("dataplane: closed")
 )
-
-// Hello is what a client sends with its RDMA connection request: the
-// cluster token proves it may be given access to the region. It travels
-// as JSON in the connection manager's private data.
-type Hello struct {
-	Version int    `json:"v"`
-	Token   string `json:"token"`
-	// Client names the caller, for the node's logs.
-	Client string `json:"client,omitempty"`
-}
-
-// helloVersion is the Hello format this node speaks.
-const helloVersion = 1
-
-// EncodeHello returns h as connection private data.
-func EncodeHello(h Hello) ([]byte, error) {
-	h.Version = helloVersion
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > rdma.MaxPrivateData {
-		return nil, fmt.Errorf("%w: connection request of %d bytes", ErrBadHello, len(b))
-	}
-	return b, nil
-}
-
-// DecodeHello parses connection private data.
-func DecodeHello(b []byte) (Hello, error) {
-	var h Hello
-	if err := json.Unmarshal(b, &h); err != nil {
-		return Hello{}, fmt.Errorf("%w: %v", ErrBadHello, err)
-	}
-	if h.Version != helloVersion {
-		return Hello{}, fmt.Errorf("%w: version %d, this node speaks %d (upgrade the older side)", ErrBadHello, h.Version, helloVersion)
-	}
-	return h, nil
-}
 
 // ExportConfig describes what a node exports.
 type ExportConfig struct {
-	// Region is the node's persistent-memory region; the whole mapping is
-	// registered as one memory region.
+	// Region is the node's persistent-memory region. Only the spans given
+	// to Expose (the chunk service's data pools) are ever registered for
+	// remote access; StartExport (legacy) registers all of it.
 	Region *pmem.Region
 	// Device is the RDMA device clients reach the node through.
 	Device rdma.Device
-	// ListenAddr is where clients connect (host:port).
-	ListenAddr string
 	// Token returns the cluster token a client must present. It is a
-	// function because a node learns the token when it joins.
+	// function because a node learns the token when it joins, and
+	// because it may be rotated (then call Revalidate).
 	Token func() string
-	// MaxConns bounds the connections served at once (default 1024).
+	// Incarnation is this node process's incarnation (random, non-zero),
+	// told to every data client so it can tell a restarted node apart.
+	// StartExport picks one when it is zero.
+	Incarnation uint64
+	// MaxConns bounds the data connections served at once (default 1024).
 	MaxConns int
 	Logger   *slog.Logger
+
+	// ListenAddr is where StartExport listens (legacy; NewExport has no
+	// listener: the node's accept loop calls Accept).
+	ListenAddr string
 }
 
-// Export serves a node's region over RDMA: it registers the region as a
-// memory region and accepts RC connections from clients that present the
-// cluster token. The clients then read and write the region with one-sided
-// operations that the RDMA provider executes; no code of the node runs on
-// that path. A connection lives until the client closes it or goes away.
+// Export is the node side of client-active I/O: it accepts data
+// connections (Accept) and gives each one a protection domain of its own
+// in which the spans the chunk service exposes (its data pools) are
+// registered lazily, one memory region per span, when the chunk service
+// first hands that connection an extent in the span (RemoteKey). So:
+//
+//   - nothing but data pools is ever remotely accessible (no superblock,
+//     redo log, bitmap, record or service log is in any memory region);
+//   - an rkey works only on the connection it was issued for, because a
+//     queue pair reaches only memory regions of its own protection domain;
+//     closing a connection (the client leaving, Evict, Revalidate after a
+//     token rotation, the node stopping) deregisters its regions, so every
+//     rkey it was given fails at the responder from then on.
+//
+// The clients read and write the pools with one-sided operations that the
+// RDMA provider executes; no code of the node runs on that path.
 type Export struct {
-	cfg  ExportConfig
-	log  *slog.Logger
-	pd   rdma.PD
-	mr   rdma.MR
-	cq   rdma.CQ
-	ln   *rdma.Listener
-	desc Descriptor
+	cfg ExportConfig
+	log *slog.Logger
+	cq  rdma.CQ
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
-	conns map[*rdma.Conn]struct{}
+	// spansMu orders exposure against registration: RemoteKey holds it
+	// shared while it registers, Withdraw exclusively while it
+	// deregisters, so a withdrawn span is never registered again.
+	spansMu sync.RWMutex
+	spans   map[uint64]Span // by Off
+
+	mu          sync.Mutex
+	sessions    map[uint64]*session
+	nextSession uint64
+	closed      bool
+
+	legacy *legacyExport
 }
 
-// Descriptor is what clients need to address an exported region.
-type Descriptor struct {
-	RegionUUID pmem.UUID
-	Base       uint64
-	Length     uint64
-	RKey       uint32
+// Span is a range of the region, by byte offset, that may be exposed for
+// remote access: a data pool.
+type Span struct {
+	Off, Len uint64
+}
+
+// End is one past the span's last byte.
+func (s Span) End() uint64 { return s.Off + s.Len }
+
+// RemoteKey is how one data session addresses one exposed span: the
+// remote address of the span's first byte and the rkey, valid on that
+// session's connection only.
+type RemoteKey struct {
+	Addr uint64
+	RKey uint32
+}
+
+// session is one accepted data connection with its protection domain and
+// the memory regions registered in it so far, by span offset.
+type session struct {
+	id    uint64
+	hello Hello
+	conn  *rdma.Conn
+	pd    rdma.PD
+
+	mu     sync.Mutex
+	mrs    map[uint64]rdma.MR
+	closed bool
 }
 
 // cqDepth bounds the completions of the export's queue pairs: one-sided
@@ -111,121 +127,270 @@ type Descriptor struct {
 // of a broken connection arrive, and they are drained as they come.
 const cqDepth = 4096
 
-// StartExport registers the region and starts accepting connections.
-func StartExport(cfg ExportConfig) (e *Export, err error) {
+// NewExport prepares a node's export. It registers nothing and listens on
+// nothing: the node's accept loop hands it data connections (Accept) and
+// the chunk service tells it what may be exposed (Expose, Withdraw).
+func NewExport(cfg ExportConfig) (*Export, error) {
 	if cfg.MaxConns == 0 {
 		cfg.MaxConns = 1024
+	}
+	if cfg.Incarnation == 0 {
+		return nil, fmt.Errorf("dataplane: export needs the node's incarnation")
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e = &Export{cfg: cfg, log: log, conns: make(map[*rdma.Conn]struct{})}
-	defer func() {
-		if err != nil {
-			e.release()
-		}
-	}()
-	if e.pd, err = cfg.Device.AllocPD(); err != nil {
-		return nil, fmt.Errorf("dataplane: %w", err)
-	}
-	// One-sided access from clients needs every remote right: READ for
-	// reads, WRITE for client-active writes, ATOMIC for locks.
-	buf := cfg.Region.Bytes()
-	if e.mr, err = e.pd.RegMR(buf, rdma.AccessAll); err != nil {
-		return nil, fmt.Errorf("dataplane: register the region: %w", err)
-	}
+	e := &Export{cfg: cfg, log: log, spans: make(map[uint64]Span), sessions: make(map[uint64]*session)}
+	var err error
 	if e.cq, err = cfg.Device.CreateCQ(cqDepth); err != nil {
 		return nil, fmt.Errorf("dataplane: %w", err)
 	}
-	if e.ln, err = rdma.Listen(e.pd, cfg.ListenAddr); err != nil {
-		return nil, fmt.Errorf("dataplane: %w", err)
-	}
-	e.desc = Descriptor{
-		RegionUUID: cfg.Region.Superblock().RegionUUID,
-		Base:       e.mr.Addr(),
-		Length:     uint64(len(buf)),
-		RKey:       e.mr.RKey(),
-	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
-	e.wg.Add(2)
-	go e.acceptLoop()
+	e.wg.Add(1)
 	go e.drainCQ()
-	log.Info("exporting region over RDMA", "addr", e.Addr(), "device", cfg.Device.Name(),
-		"region", e.desc.RegionUUID, "bytes", e.desc.Length)
 	return e, nil
 }
 
-// Addr is the address clients connect to.
-func (e *Export) Addr() string { return e.ln.Addr().String() }
+// Incarnation is the node process's incarnation the export tells clients.
+func (e *Export) Incarnation() uint64 { return e.cfg.Incarnation }
 
-// Descriptor describes the exported region; the rkey in it is a capability.
-func (e *Export) Descriptor() Descriptor { return e.desc }
-
-// Conns is how many clients are connected.
-func (e *Export) Conns() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.conns)
-}
-
-func (e *Export) acceptLoop() {
-	defer e.wg.Done()
-	for {
-		req, err := e.ln.Next(e.ctx)
-		if err != nil {
-			return
-		}
-		// The handshake runs on its own goroutine, so that a client
-		// that stalls in it does not hold up the others.
-		e.wg.Add(1)
-		go func() {
-			defer e.wg.Done()
-			e.handle(req)
-		}()
+// Accept serves a data connection request whose Hello the caller decoded
+// (purpose PurposeData): it checks the token, creates the connection's
+// protection domain and queue pair, and answers with a Grant. It answers
+// the request either way (accept or reject); the caller must not touch req
+// afterwards. The connection lives until the client closes it or goes
+// away, Evict or Revalidate closes it, or the export closes.
+func (e *Export) Accept(ctx context.Context, req *rdma.ConnRequest, h Hello) error {
+	err := h.Authorize(e.cfg.Token())
+	if err == nil && h.Purpose != PurposeData {
+		err = fmt.Errorf("%w: purpose %q sent to the data export", ErrBadHello, h.Purpose)
 	}
-}
-
-func (e *Export) handle(req *rdma.ConnRequest) {
-	h, err := DecodeHello(req.PrivateData)
+	var s *session
 	if err == nil {
-		want := e.cfg.Token()
-		if want == "" || subtle.ConstantTimeCompare([]byte(h.Token), []byte(want)) != 1 {
-			err = fmt.Errorf("%w: wrong cluster token (use the token in the first node's data directory)", ErrUnauthorized)
+		e.mu.Lock()
+		switch {
+		case e.closed:
+			err = fmt.Errorf("%w: the node is shutting down", ErrClosed)
+		case len(e.sessions) >= e.cfg.MaxConns:
+			err = fmt.Errorf("dataplane: node serves %d data connections already; try again later", len(e.sessions))
+		default:
+			e.nextSession++
+			s = &session{id: e.nextSession, hello: h, mrs: make(map[uint64]rdma.MR)}
+			// Reserved, so MaxConns counts handshakes in progress too.
+			e.sessions[s.id] = s
 		}
+		e.mu.Unlock()
 	}
-	e.mu.Lock()
-	if err == nil && len(e.conns) >= e.cfg.MaxConns {
-		err = fmt.Errorf("dataplane: node serves %d connections already; try again later", len(e.conns))
-	}
-	e.mu.Unlock()
 	if err != nil {
-		e.log.Warn("refusing RDMA connection", "peer", req.Remote.Addr, "err", err)
+		e.log.Warn("refusing data connection", "peer", req.Remote.Addr, "client", h.Client, "err", err)
 		req.Reject(err.Error())
-		return
+		return err
 	}
-	conn, err := req.Accept(e.ctx, rdma.ConnParams{QP: rdma.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: 1, MaxRecvWR: 1}})
+	fail := func(err error) error {
+		e.mu.Lock()
+		delete(e.sessions, s.id)
+		e.mu.Unlock()
+		if s.pd != nil {
+			s.pd.Close()
+		}
+		return err
+	}
+	if s.pd, err = e.cfg.Device.AllocPD(); err != nil {
+		req.Reject("node out of RDMA resources")
+		return fail(fmt.Errorf("dataplane: %w", err))
+	}
+	grant := EncodeGrant(Grant{Session: s.id, Incarnation: e.cfg.Incarnation, BlockSize: e.cfg.Region.Geometry().BlockSize})
+	conn, err := req.Accept(ctx, rdma.ConnParams{
+		PD:          s.pd,
+		QP:          rdma.QPConfig{SendCQ: e.cq, RecvCQ: e.cq, MaxSendWR: 1, MaxRecvWR: 1},
+		Access:      rdma.AccessRemoteRead | rdma.AccessRemoteWrite,
+		PrivateData: grant,
+	})
 	if err != nil {
-		e.log.Warn("RDMA connection failed", "peer", req.Remote.Addr, "err", err)
-		return
+		e.log.Warn("data connection failed", "peer", req.Remote.Addr, "err", err)
+		return fail(err)
 	}
+	s.mu.Lock()
+	s.conn = conn
+	s.mu.Unlock()
 	e.mu.Lock()
-	e.conns[conn] = struct{}{}
+	closed := e.closed
+	if !closed {
+		e.wg.Add(1)
+	}
 	e.mu.Unlock()
-	e.log.Debug("client connected", "client", h.Client, "peer", req.Remote.Addr, "qpn", conn.QP.QPN())
-	e.wg.Add(1)
+	if closed {
+		e.endSession(s)
+		return fmt.Errorf("%w: the node is shutting down", ErrClosed)
+	}
+	e.log.Debug("data client connected", "client", h.Client, "client_id", h.ClientID, "session", s.id, "qpn", conn.QP.QPN())
 	go func() {
 		defer e.wg.Done()
 		select {
 		case <-conn.Done():
 		case <-e.ctx.Done():
 		}
-		e.mu.Lock()
-		delete(e.conns, conn)
-		e.mu.Unlock()
-		conn.Close()
-		e.log.Debug("client disconnected", "client", h.Client, "qpn", conn.QP.QPN())
+		e.endSession(s)
 	}()
+	return nil
+}
+
+// endSession closes a session's connection, deregisters its memory
+// regions (waiting for accesses in progress) and forgets it.
+func (e *Export) endSession(s *session) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	conn := s.conn
+	mrs := s.mrs
+	s.mrs = nil
+	s.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+	for _, mr := range mrs {
+		mr.Dereg()
+	}
+	if s.pd != nil {
+		s.pd.Close()
+	}
+	e.mu.Lock()
+	delete(e.sessions, s.id)
+	e.mu.Unlock()
+	e.log.Debug("data client disconnected", "client", s.hello.Client, "session", s.id)
+}
+
+// Expose makes span remotely accessible: data sessions may be given keys
+// for it from now on. The span must be a data pool: bytes only clients'
+// file data lives in.
+func (e *Export) Expose(span Span) error {
+	if span.Len == 0 || span.End() < span.Off || span.End() > uint64(len(e.cfg.Region.Bytes())) {
+		return fmt.Errorf("%w: span [%#x,%#x) outside the region", ErrNotExposed, span.Off, span.End())
+	}
+	e.spansMu.Lock()
+	defer e.spansMu.Unlock()
+	e.spans[span.Off] = span
+	return nil
+}
+
+// Withdraw ends remote access to the span starting at off: every session's
+// memory region for it is deregistered before Withdraw returns, so the
+// span's bytes may be given to anything afterwards.
+func (e *Export) Withdraw(off uint64) {
+	e.spansMu.Lock()
+	defer e.spansMu.Unlock()
+	delete(e.spans, off)
+	e.mu.Lock()
+	sessions := make([]*session, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		sessions = append(sessions, s)
+	}
+	e.mu.Unlock()
+	for _, s := range sessions {
+		s.mu.Lock()
+		if mr, ok := s.mrs[off]; ok {
+			delete(s.mrs, off)
+			mr.Dereg()
+		}
+		s.mu.Unlock()
+	}
+}
+
+// RemoteKey returns how data session sid addresses the exposed span that
+// starts at off, registering the span in the session's protection domain
+// the first time. ErrNoSession if the session is gone.
+func (e *Export) RemoteKey(sid uint64, off uint64) (RemoteKey, error) {
+	e.spansMu.RLock()
+	defer e.spansMu.RUnlock()
+	span, ok := e.spans[off]
+	if !ok {
+		return RemoteKey{}, fmt.Errorf("%w: no span at %#x", ErrNotExposed, off)
+	}
+	e.mu.Lock()
+	s := e.sessions[sid]
+	e.mu.Unlock()
+	if s == nil {
+		return RemoteKey{}, fmt.Errorf("%w: session %d", ErrNoSession, sid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.conn == nil {
+		return RemoteKey{}, fmt.Errorf("%w: session %d", ErrNoSession, sid)
+	}
+	mr := s.mrs[off]
+	if mr == nil {
+		buf := e.cfg.Region.Bytes()[span.Off:span.End():span.End()]
+		var err error
+		mr, err = s.pd.RegMR(buf, rdma.AccessLocalWrite|rdma.AccessRemoteRead|rdma.AccessRemoteWrite)
+		if err != nil {
+			return RemoteKey{}, fmt.Errorf("dataplane: register span [%#x,%#x) for session %d: %w", span.Off, span.End(), sid, err)
+		}
+		s.mrs[off] = mr
+	}
+	return RemoteKey{Addr: mr.Addr(), RKey: mr.RKey()}, nil
+}
+
+// SessionClient returns the ClientID of data session sid, or ErrNoSession.
+func (e *Export) SessionClient(sid uint64) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.sessions[sid]
+	if s == nil {
+		return 0, fmt.Errorf("%w: session %d", ErrNoSession, sid)
+	}
+	return s.hello.ClientID, nil
+}
+
+// Evict closes every data connection of client id, deregistering their
+// memory regions: the client's rkeys fail from the moment Evict returns.
+// The client may connect again (and get new keys) if it still holds the
+// token. It returns how many connections it closed.
+func (e *Export) Evict(clientID uint64) int {
+	return e.closeWhere(func(s *session) bool { return s.hello.ClientID == clientID })
+}
+
+// Revalidate closes every data connection whose token is no longer the
+// cluster's: call it after the token is rotated.
+func (e *Export) Revalidate() int {
+	token := e.cfg.Token()
+	return e.closeWhere(func(s *session) bool { return s.hello.Authorize(token) != nil })
+}
+
+func (e *Export) closeWhere(match func(*session) bool) int {
+	e.mu.Lock()
+	var victims []*session
+	for _, s := range e.sessions {
+		if match(s) {
+			victims = append(victims, s)
+		}
+	}
+	e.mu.Unlock()
+	n := 0
+	for _, s := range victims {
+		s.mu.Lock()
+		established := s.conn != nil && !s.closed
+		s.mu.Unlock()
+		if established {
+			e.endSession(s)
+			n++
+		}
+	}
+	return n
+}
+
+// Conns is how many data connections are established or being set up.
+func (e *Export) Conns() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := len(e.sessions)
+	if e.legacy != nil {
+		n += e.legacy.numConns()
+	}
+	return n
 }
 
 // drainCQ empties the shared CQ, so that the errors of broken connections
@@ -246,36 +411,25 @@ func (e *Export) drainCQ() {
 	}
 }
 
-// Close disconnects every client and deregisters the region. It waits for
-// RDMA accesses in progress, so the region may be closed afterwards.
+// Close disconnects every client and deregisters every memory region. It
+// waits for RDMA accesses in progress, so the region may be closed
+// afterwards.
 func (e *Export) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
 	e.cancel()
-	e.ln.Close()
+	if e.legacy != nil {
+		e.legacy.ln.Close()
+	}
 	e.wg.Wait()
-	return e.release()
-}
-
-func (e *Export) release() error {
+	// Sessions whose handshake was in progress end through Accept's
+	// context; any left are ended here.
+	e.closeWhere(func(*session) bool { return true })
 	var errs []error
-	if e.cq != nil {
-		errs = append(errs, e.cq.Close())
+	if e.legacy != nil {
+		errs = append(errs, e.legacy.release())
 	}
-	if e.mr != nil {
-		errs = append(errs, e.mr.Dereg())
-	}
-	if e.pd != nil {
-		errs = append(errs, e.pd.Close())
-	}
+	errs = append(errs, e.cq.Close())
 	return errors.Join(errs...)
-}
-
-// DialExport connects to a node's export with the cluster token, for
-// one-sided access to its region. The caller closes the connection.
-func DialExport(ctx context.Context, pd rdma.PD, cq rdma.CQ, addr, token, client string) (*rdma.Conn, error) {
-	hello, err := EncodeHello(Hello{Token: token, Client: client})
-	if err != nil {
-		return nil, err
-	}
-	// A refusal comes back as rdma.ErrRejected with the node's reason.
-	return rdma.Dial(ctx, pd, addr, rdma.ConnParams{QP: rdma.QPConfig{SendCQ: cq, RecvCQ: cq}, PrivateData: hello})
 }

@@ -40,6 +40,12 @@ type ConnParams struct {
 	// Setup, if set, runs once the new queue pair is in Init, before the
 	// peer can send to it: the place to post receive buffers.
 	Setup func(QP) error
+	// PD, if set, is the protection domain ConnRequest.Accept creates the
+	// queue pair in instead of the listener's (as rdma_cm takes a PD per
+	// connection), so that a connection can be given memory regions no
+	// other connection can name. Dial takes its PD as an argument and
+	// ignores this field.
+	PD PD
 }
 
 // Default transport attributes for connections made by Dial and Accept.
@@ -303,7 +309,11 @@ func (r *ConnRequest) Accept(ctx context.Context, p ConnParams) (conn *Conn, err
 	}
 	stop := closeOnDone(ctx, r.nc)
 	defer stop()
-	qp, err := r.pd.CreateQP(p.QP)
+	pd := r.pd
+	if p.PD != nil {
+		pd = p.PD
+	}
+	qp, err := pd.CreateQP(p.QP)
 	if err != nil {
 		writeCMMsg(r.nc, &cmMsg{Kind: cmReject, PrivateData: []byte(err.Error())})
 		return nil, err
