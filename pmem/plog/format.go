@@ -34,7 +34,7 @@ import (
 // Pool (KindPool, type 3), owns exactly one extent of data blocks the
 // log's user sub-allocates:
 //
-//	 8 log id, 16 owner (as in a segment)
+//	8 log id, 16 owner (as in a segment)
 //
 // Records inside a segment's extent, back to back from its first byte:
 //

@@ -219,19 +219,46 @@ func (l *Log) commitInPlace(seg *segInfo, groups [][][]byte, total uint64) error
 	off := 0
 	for _, g := range groups {
 		for _, rec := range g {
-			off += putFrame(dst[off:], seg.salt, rec)
-		}
-	}
-	if l.s.mut != mutSkipRecordPersist {
-		if err := r.Persist(at, total); err != nil {
-			return fmt.Errorf("plog: %v: persisting records: %w", l.id, err)
+			n := putFrame(dst[off:], seg.salt, rec)
+			if l.s.mut == mutPublishPerRecord {
+				if err := r.Persist(at+uint64(off), uint64(n)); err != nil {
+					return err
+				}
+				if err := r.Store8(seg.endOff, seg.end+uint64(off+n)); err != nil {
+					return err
+				}
+			}
+			off += n
 		}
 	}
 	end := seg.end + total
-	if l.s.mut == mutUnflushedTail {
-		atomic.StoreUint64((*uint64)(unsafe.Pointer(&r.Bytes()[seg.endOff])), end)
-	} else if err := r.Store8(seg.endOff, end); err != nil {
-		return fmt.Errorf("plog: %v: publishing the tail: %w", l.id, err)
+	persist := func() error {
+		if l.s.mut == mutSkipRecordPersist {
+			return nil
+		}
+		if err := r.Persist(at, total); err != nil {
+			return fmt.Errorf("plog: %v: persisting records: %w", l.id, err)
+		}
+		return nil
+	}
+	publish := func() error {
+		if l.s.mut == mutUnflushedTail {
+			atomic.StoreUint64((*uint64)(unsafe.Pointer(&r.Bytes()[seg.endOff])), end)
+			return nil
+		}
+		if err := r.Store8(seg.endOff, end); err != nil {
+			return fmt.Errorf("plog: %v: publishing the tail: %w", l.id, err)
+		}
+		return nil
+	}
+	steps := []func() error{persist, publish}
+	if l.s.mut == mutPublishFirst {
+		steps = []func() error{publish, persist}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
 	}
 	l.mu.Lock()
 	l.segs[len(l.segs)-1].end = end
@@ -493,7 +520,11 @@ func (l *Log) Rewrite(snapshot func(emit func(rec []byte) error) error) error {
 	for _, w := range []struct{ off, v uint64 }{
 		{offEpoch, epoch}, {offFirst, uint64(first)}, {offLast, uint64(lastID)}, {offRewrBy, total},
 	} {
-		if err == nil {
+		switch {
+		case err != nil:
+		case s.mut == mutRewriteTornSwap:
+			err = s.r.Store8(l.headOff+w.off, w.v)
+		default:
 			err = tx.Write8(l.headOff+w.off, w.v)
 		}
 	}

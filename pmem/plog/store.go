@@ -62,6 +62,14 @@ const (
 	// mutUnflushedTail publishes the tail with a store that is never
 	// flushed, so Append acknowledges what is not durable.
 	mutUnflushedTail
+	// mutPublishFirst publishes the tail before persisting the records.
+	mutPublishFirst
+	// mutPublishPerRecord publishes the tail after each record, so a
+	// crash can keep part of a group.
+	mutPublishPerRecord
+	// mutRewriteTornSwap points the head at the new chain with one
+	// store per word instead of one transaction.
+	mutRewriteTornSwap
 	// mutRewriteUnflushed writes a rewrite's segments without
 	// Tx.WriteFresh, so their bytes are not flushed before the swap.
 	mutRewriteUnflushed
