@@ -1,0 +1,85 @@
+package client
+
+import (
+	"context"
+	"time"
+)
+
+// namespace is what the client needs from the namespace service: every
+// operation sent to the inode's owner with the caller's credentials, retried
+// at the new owner when the map moved, executed at most once. The
+// production implementation wraps metadata/mdclient; tests use fakes.
+//
+// Errors are syscall.Errno values for what the server answered; anything
+// else is a transport or protocol failure and the client reports EIO or
+// ETIMEDOUT.
+type namespace interface {
+	Lookup(ctx context.Context, cred Cred, parent uint64, name string) (Attr, error)
+	GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, error)
+	// SetAttr applies in without SetSize (Truncate changes sizes).
+	SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrIn) (Attr, error)
+	// Create makes a regular file in parent and registers an open of it
+	// with flags, in one request: the creator may write a file whose mode
+	// forbids it (open(2) with O_CREAT and mode 0444 gives a writable
+	// descriptor), which a separate Open would refuse.
+	Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, error)
+	// Make creates an inode of any type in parent: a regular file, device,
+	// fifo or socket (rdev for devices), a directory, or a symlink to
+	// target. An existing name is EEXIST.
+	Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error)
+	Link(ctx context.Context, cred Cred, ino, newParent uint64, newName string) (Attr, error)
+	Unlink(ctx context.Context, cred Cred, parent uint64, name string) error
+	Rmdir(ctx context.Context, cred Cred, parent uint64, name string) error
+	Rename(ctx context.Context, cred Cred, parent uint64, name string, newParent uint64, newName string, flags uint32) error
+	Readlink(ctx context.Context, cred Cred, ino uint64) (string, error)
+	// ReadDir returns entries after cookie (0: from the start), at most
+	// max of them, without "." and ".."; an empty result ends the listing.
+	ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, error)
+	GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error)
+	ListXattr(ctx context.Context, cred Cred, ino uint64) ([]string, error)
+	SetXattr(ctx context.Context, cred Cred, ino uint64, name string, value []byte, flags int) error
+	RemoveXattr(ctx context.Context, cred Cred, ino uint64, name string) error
+	Access(ctx context.Context, cred Cred, ino uint64, mask uint32) error
+	StatFS(ctx context.Context) (StatFS, error)
+
+	// Open checks that cred may open ino with flags and registers the
+	// open with the inode's owner (so an unlinked open file survives until
+	// Release); O_TRUNC truncates a regular file, data included. It
+	// returns the attributes after the open.
+	Open(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error)
+	// Release ends one registered open of ino.
+	Release(ctx context.Context, ino uint64) error
+	// Commit records what this client wrote: the size grows to at least
+	// size (never shrinks), and mtime and ctime are set to mtime.
+	Commit(ctx context.Context, cred Cred, ino uint64, size uint64, mtime time.Time) (Attr, error)
+	// Truncate sets a regular file's size, freeing or zeroing data
+	// beyond it.
+	Truncate(ctx context.Context, cred Cred, ino uint64, size uint64) (Attr, error)
+
+	// GetLk returns the first lock that conflicts with lk, or lk with
+	// Type LockUnlock if none does.
+	GetLk(ctx context.Context, ino uint64, lk Lock) (Lock, error)
+	// SetLk takes or releases lk without waiting: a conflict is EAGAIN.
+	SetLk(ctx context.Context, ino uint64, lk Lock) error
+}
+
+// dataIO is what the client needs from the data engine (dataplane's
+// client side): one-sided reads and writes of a file's chunks at their
+// owners, and making written ranges durable. It keeps extent maps under
+// leases; the client never caches file bytes.
+type dataIO interface {
+	// ReadAt fills p with the file's bytes at off (holes read as zeros).
+	// The caller keeps the range inside the file's size.
+	ReadAt(ctx context.Context, ino uint64, p []byte, off uint64) error
+	// WriteAt writes p at off, allocating blocks where needed.
+	WriteAt(ctx context.Context, ino uint64, p []byte, off uint64) error
+	// Persist makes every range this client wrote to ino durable in the
+	// owners' persistence domains.
+	Persist(ctx context.Context, ino uint64) error
+	// Allocate implements fallocate's modes on the data side (the
+	// caller updates the size when the mode does not keep it).
+	Allocate(ctx context.Context, ino uint64, mode uint32, off, length uint64) error
+	// Forget drops what the engine caches about ino (extent maps), so
+	// that the next read sees other clients' closed writes.
+	Forget(ino uint64)
+}

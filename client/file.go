@@ -1,0 +1,393 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// openTable holds the inodes this client has open. Everything the client
+// knows about an open file beyond its handle is here, shared by every File
+// of the inode, so that reads through one descriptor see writes through
+// another (POSIX within one client), and so that the opens can be
+// registered again with an owner that restarted.
+type openTable struct {
+	mu sync.Mutex
+	m  map[uint64]*openInode
+}
+
+// openInode is the client's state of one open inode.
+type openInode struct {
+	ino uint64
+	// refs counts Files; guarded by openTable.mu.
+	refs int
+
+	mu sync.Mutex
+	// size is the size as this client knows it: the server's at the last
+	// open, commit or truncate, grown by this client's writes since.
+	size uint64
+	// dirty is set by a write and cleared by the commit that follows it.
+	dirty bool
+	// mtime is the time of the last write, for the commit.
+	mtime time.Time
+	// flags of the first open, for registering it again.
+	flags int
+	cred  Cred
+}
+
+// acquire registers one more File of ino, whose open returned a. It
+// reports whether this is the inode's first open in this client.
+func (t *openTable) acquire(a Attr, cred Cred, flags int) (*openInode, bool) {
+	t.mu.Lock()
+	oi, ok := t.m[a.Ino]
+	if !ok {
+		oi = &openInode{ino: a.Ino, flags: flags, cred: cred}
+		t.m[a.Ino] = oi
+	}
+	oi.refs++
+	t.mu.Unlock()
+	oi.mu.Lock()
+	// Close-to-open: the size the owner reports at open covers every
+	// other client's closed writes. This client's own uncommitted writes
+	// may reach further.
+	if oi.dirty {
+		oi.size = max(oi.size, a.Size)
+	} else {
+		oi.size = a.Size
+	}
+	oi.mu.Unlock()
+	return oi, !ok
+}
+
+// release drops one File of oi and reports whether it was the last.
+func (t *openTable) release(oi *openInode) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	oi.refs--
+	if oi.refs > 0 {
+		return false
+	}
+	delete(t.m, oi.ino)
+	return true
+}
+
+func (t *openTable) get(ino uint64) *openInode {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[ino]
+}
+
+// overlay adds this client's unflushed writes to attributes from the
+// server: a stat after a write shows the write before any close.
+func (t *openTable) overlay(a Attr) Attr {
+	oi := t.get(a.Ino)
+	if oi == nil {
+		return a
+	}
+	oi.mu.Lock()
+	defer oi.mu.Unlock()
+	if oi.dirty {
+		a.Size = max(a.Size, oi.size)
+		if oi.mtime.After(a.Mtime) {
+			a.Mtime, a.Ctime = oi.mtime, oi.mtime
+		}
+	}
+	return a
+}
+
+// File is an open regular file: what FUSE keeps as a file handle and what
+// the native API's FSFile wraps. Its methods are safe for concurrent use;
+// reads and writes at different offsets proceed in parallel.
+type File struct {
+	c     *Client
+	oi    *openInode
+	cred  Cred
+	flags int
+	// lockOwner owns the flock locks taken through this File (an open
+	// file description owns them in Linux).
+	lockOwner uint64
+	locked    atomic.Bool
+	closed    atomic.Bool
+}
+
+// Open opens inode ino with flags (O_RDONLY, O_WRONLY or O_RDWR, plus
+// O_TRUNC, O_APPEND, O_DIRECT, O_NOATIME; O_CREAT and O_EXCL belong to
+// Create). The owner checks cred's permission and registers the open, so
+// that the file outlives an unlink until the last close.
+func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*File, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return nil, c.fail(ctx, "open", err)
+	}
+	flags &^= syscall.O_CREAT | syscall.O_EXCL
+	a, err := c.ns.Open(octx, cred, ino, flags)
+	if err != nil {
+		return nil, c.fail(ctx, "open", err)
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		c.attrs.drop(ino)
+	}
+	return c.newFile(cred, a, flags), nil
+}
+
+// newFile makes the File of an open the owner has registered.
+func (c *Client) newFile(cred Cred, a Attr, flags int) *File {
+	oi, first := c.opens.acquire(a, cred, flags)
+	if first {
+		// Extent maps cached from an earlier open may miss blocks other
+		// clients allocated since: close-to-open starts afresh.
+		c.data.Forget(a.Ino)
+	}
+	return &File{c: c, oi: oi, cred: cred, flags: flags &^ syscall.O_TRUNC, lockOwner: c.nextOwner.Add(1) | 1<<63}
+}
+
+// Ino is the file's inode number.
+func (f *File) Ino() uint64 { return f.oi.ino }
+
+// Flags are the open flags.
+func (f *File) Flags() int { return f.flags }
+
+func (f *File) readable() bool { return f.flags&syscall.O_ACCMODE != syscall.O_WRONLY }
+func (f *File) writable() bool { return f.flags&syscall.O_ACCMODE != syscall.O_RDONLY }
+
+// Size is the file's size as this client knows it.
+func (f *File) Size() uint64 {
+	f.oi.mu.Lock()
+	defer f.oi.mu.Unlock()
+	return f.oi.size
+}
+
+// ReadAt reads up to len(p) bytes at off. At the end of the file it returns
+// fewer (n < len(p)) and no error, as FUSE expects; 0 means off is at or
+// past the end.
+func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if f.closed.Load() || !f.readable() {
+		return 0, syscall.EBADF
+	}
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	f.oi.mu.Lock()
+	size := f.oi.size
+	f.oi.mu.Unlock()
+	if uint64(off) >= size || len(p) == 0 {
+		return 0, nil
+	}
+	n := int(min(uint64(len(p)), size-uint64(off)))
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err == nil {
+		err = f.c.data.ReadAt(octx, f.oi.ino, p[:n], uint64(off))
+	}
+	if err != nil {
+		return 0, f.c.fail(ctx, "read", err)
+	}
+	return n, nil
+}
+
+// WriteAt writes p at off, or at the end of the file as the owner knows it
+// if the file was opened with O_APPEND (then off is ignored, as pwrite on
+// Linux does). It returns len(p) or an error. The write is visible to this
+// client at once, to others after Flush, Sync or Close.
+func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if f.closed.Load() || !f.writable() {
+		return 0, syscall.EBADF
+	}
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	if uint64(off)+uint64(len(p)) > maxFileSize {
+		return 0, syscall.EFBIG
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return 0, f.c.fail(ctx, "write", err)
+	}
+	if f.flags&syscall.O_APPEND != 0 {
+		return f.appendAt(ctx, octx, p)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := f.c.data.WriteAt(octx, f.oi.ino, p, uint64(off)); err != nil {
+		return 0, f.c.fail(ctx, "write", err)
+	}
+	f.wrote(uint64(off) + uint64(len(p)))
+	return len(p), nil
+}
+
+// maxFileSize is the largest size a file may reach (the largest offset
+// Linux's loff_t carries).
+const maxFileSize = 1<<63 - 1
+
+// wrote records a completed write ending at end.
+func (f *File) wrote(end uint64) {
+	f.oi.mu.Lock()
+	f.oi.size = max(f.oi.size, end)
+	f.oi.dirty = true
+	f.oi.mtime = f.c.cfg.Now()
+	f.oi.cred = f.cred
+	f.oi.mu.Unlock()
+	f.c.attrs.drop(f.oi.ino)
+}
+
+// appendAt writes p at the end of the file: the larger of the size the
+// owner reports and what this client has written. Appends of this client
+// are serialised by the inode's lock; appends of other clients race with
+// ours unless they hold a lock, as with NFS.
+func (f *File) appendAt(ctx, octx context.Context, p []byte) (int, error) {
+	oi := f.oi
+	oi.mu.Lock()
+	defer oi.mu.Unlock()
+	a, err := f.c.ns.GetAttr(octx, f.cred, oi.ino)
+	if err != nil {
+		return 0, f.c.fail(ctx, "write", err)
+	}
+	off := max(a.Size, oi.size)
+	if off+uint64(len(p)) > maxFileSize {
+		return 0, syscall.EFBIG
+	}
+	if len(p) > 0 {
+		if err := f.c.data.WriteAt(octx, oi.ino, p, off); err != nil {
+			return 0, f.c.fail(ctx, "write", err)
+		}
+		oi.dirty = true
+		oi.mtime = f.c.cfg.Now()
+		oi.cred = f.cred
+	}
+	oi.size = off + uint64(len(p))
+	f.c.attrs.drop(oi.ino)
+	return len(p), nil
+}
+
+// Flush makes this client's writes to the file durable and visible to
+// other clients: the data engine persists the written ranges at their
+// owners, then the inode's owner commits size and mtime. FUSE calls it at
+// every close(2) of a descriptor; Close calls it too.
+func (f *File) Flush(ctx context.Context) error {
+	if f.closed.Load() {
+		return syscall.EBADF
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err == nil {
+		f.oi.mu.Lock()
+		err = f.c.flushLocked(octx, f.cred, f.oi)
+		f.oi.mu.Unlock()
+	}
+	return f.c.fail(ctx, "flush", err)
+}
+
+// Sync is fsync (and, since the size is always committed with the data,
+// fdatasync): when it returns, what this client wrote to the file survives
+// a crash of any node.
+func (f *File) Sync(ctx context.Context) error {
+	return f.Flush(ctx)
+}
+
+// flushLocked persists and commits oi's writes; oi.mu is held. The cred
+// of the last writer commits, so that a flush by another descriptor of the
+// same inode does not need write permission of its own.
+func (c *Client) flushLocked(ctx context.Context, cred Cred, oi *openInode) error {
+	if !oi.dirty {
+		return nil
+	}
+	if err := c.data.Persist(ctx, oi.ino); err != nil {
+		return err
+	}
+	a, err := c.ns.Commit(ctx, oi.cred, oi.ino, oi.size, oi.mtime)
+	if err != nil {
+		return err
+	}
+	oi.dirty = false
+	oi.size = a.Size
+	c.attrs.put(oi.ino, a)
+	return nil
+}
+
+// Truncate sets the file's size (ftruncate).
+func (f *File) Truncate(ctx context.Context, size uint64) error {
+	if f.closed.Load() || !f.writable() {
+		return syscall.EBADF
+	}
+	if size > maxFileSize {
+		return syscall.EFBIG
+	}
+	_, err := f.c.SetAttr(ctx, f.cred, f.oi.ino, SetAttrIn{Valid: SetSize, Size: size})
+	return err
+}
+
+// Allocate is fallocate: mode 0 allocates [off, off+length) and grows the
+// size to cover it; FallocKeepSize allocates without growing;
+// FallocPunchHole (with FallocKeepSize) frees the range so it reads as
+// zeros; FallocZeroRange zeroes it.
+func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) error {
+	if f.closed.Load() || !f.writable() {
+		return syscall.EBADF
+	}
+	switch {
+	case length == 0:
+		return syscall.EINVAL
+	case mode&^(FallocKeepSize|FallocPunchHole|FallocZeroRange) != 0:
+		return syscall.EOPNOTSUPP
+	case mode&FallocPunchHole != 0 && mode != FallocPunchHole|FallocKeepSize:
+		return syscall.EOPNOTSUPP
+	case off+length > maxFileSize || off+length < off:
+		return syscall.EFBIG
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err == nil {
+		err = f.c.data.Allocate(octx, f.oi.ino, mode, off, length)
+	}
+	if err != nil {
+		return f.c.fail(ctx, "fallocate", err)
+	}
+	if mode&FallocKeepSize == 0 {
+		f.wrote(off + length)
+	} else {
+		f.wrote(0)
+	}
+	return nil
+}
+
+// Attr returns the file's attributes with this client's unflushed writes.
+func (f *File) Attr(ctx context.Context) (Attr, error) {
+	return f.c.GetAttr(ctx, f.cred, f.oi.ino)
+}
+
+// Close flushes the file, releases the locks taken through it with its own
+// lock owner, and ends its registration with the inode's owner (each Open
+// registers one, each Close releases one). The flush's error, if any, is returned; the File is closed
+// either way.
+func (f *File) Close(ctx context.Context) error {
+	if f.closed.Swap(true) {
+		return syscall.EBADF
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err == nil {
+		f.oi.mu.Lock()
+		err = f.c.flushLocked(octx, f.cred, f.oi)
+		f.oi.mu.Unlock()
+	}
+	if f.locked.Load() && !f.c.closed.Load() {
+		for _, kind := range []LockKind{LockFlock, LockPOSIX} {
+			uerr := f.c.ns.SetLk(octx, f.oi.ino, Lock{Kind: kind, Type: LockUnlock, Owner: f.lockOwner, End: LockEOF})
+			if err == nil {
+				err = uerr
+			}
+		}
+	}
+	f.c.opens.release(f.oi)
+	if !f.c.closed.Load() {
+		if rerr := f.c.ns.Release(octx, f.oi.ino); err == nil {
+			err = rerr
+		}
+	}
+	return f.c.fail(ctx, "close", err)
+}

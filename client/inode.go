@@ -1,0 +1,386 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"syscall"
+)
+
+// This file is the low-level inode API, the one the FUSE adapter uses:
+// every call names inodes by number, carries the caller's credentials and
+// returns a syscall.Errno on failure. Each is one request to the owner of
+// the inode or directory concerned (Rename and cross-partition creates are
+// coordinated by the servers), bounded by Config.OpTimeout.
+
+// checkName refuses names no directory can hold: empty (ENOENT), longer
+// than MaxNameLen (ENAMETOOLONG), holding '/' or NUL, or "." and ".." where
+// an entry is created or removed (EINVAL, as the VFS would never send them).
+func checkName(name string, creating bool) error {
+	switch {
+	case name == "":
+		return syscall.ENOENT
+	case len(name) > MaxNameLen:
+		return syscall.ENAMETOOLONG
+	case strings.ContainsAny(name, "/\x00"):
+		return syscall.EINVAL
+	case creating && (name == "." || name == ".."):
+		return syscall.EEXIST
+	}
+	return nil
+}
+
+// Lookup finds name in directory parent.
+func (c *Client) Lookup(ctx context.Context, cred Cred, parent uint64, name string) (Attr, error) {
+	if err := checkName(name, false); err != nil {
+		return Attr{}, err
+	}
+	if a, ok := c.entries.get(entryKey{parent, name}); ok {
+		if a2, ok := c.attrs.get(a.Ino); ok {
+			return c.opens.overlay(a2), nil
+		}
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, c.fail(ctx, "lookup", err)
+	}
+	a, err := c.ns.Lookup(octx, cred, parent, name)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			c.entries.drop(entryKey{parent, name})
+		}
+		return Attr{}, c.fail(ctx, "lookup", err)
+	}
+	c.entries.put(entryKey{parent, name}, a)
+	c.attrs.put(a.Ino, a)
+	return c.opens.overlay(a), nil
+}
+
+// GetAttr returns ino's attributes. For a file this client has written
+// and not yet flushed, the size and mtime include those writes.
+func (c *Client) GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
+	if a, ok := c.attrs.get(ino); ok {
+		return c.opens.overlay(a), nil
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, c.fail(ctx, "getattr", err)
+	}
+	a, err := c.ns.GetAttr(octx, cred, ino)
+	if err != nil {
+		c.attrs.drop(ino)
+		return Attr{}, c.fail(ctx, "getattr", err)
+	}
+	c.attrs.put(ino, a)
+	return c.opens.overlay(a), nil
+}
+
+// SetAttr changes ino's attributes: chmod, chown, utimens and truncate
+// (SetSize) in one call, as FUSE's setattr delivers them. A size change
+// runs first, then the other fields.
+func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrIn) (Attr, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, c.fail(ctx, "setattr", err)
+	}
+	c.attrs.drop(ino)
+	var a Attr
+	if in.Valid&SetSize != 0 {
+		if a, err = c.truncate(octx, cred, ino, in.Size); err != nil {
+			return Attr{}, c.fail(ctx, "setattr", err)
+		}
+		in.Valid &^= SetSize
+	}
+	if in.Valid != 0 || a.Ino == 0 {
+		if a, err = c.ns.SetAttr(octx, cred, ino, in); err != nil {
+			return Attr{}, c.fail(ctx, "setattr", err)
+		}
+	}
+	c.attrs.put(ino, a)
+	return c.opens.overlay(a), nil
+}
+
+// truncate sets ino's size. Writes of this client not yet committed go
+// first, so that they cannot land beyond the new end afterwards; the local
+// size then follows the server's.
+func (c *Client) truncate(ctx context.Context, cred Cred, ino uint64, size uint64) (Attr, error) {
+	oi := c.opens.get(ino)
+	if oi != nil {
+		oi.mu.Lock()
+		defer oi.mu.Unlock()
+		if err := c.flushLocked(ctx, cred, oi); err != nil {
+			return Attr{}, err
+		}
+	}
+	a, err := c.ns.Truncate(ctx, cred, ino, size)
+	if err != nil {
+		return Attr{}, err
+	}
+	if oi != nil {
+		oi.size = a.Size
+	}
+	return a, nil
+}
+
+// Create makes a regular file and opens it with flags. An existing name
+// is EEXIST whether or not flags hold O_EXCL: the FUSE kernel and OpenFile
+// look a plain O_CREAT name up first.
+func (c *Client) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, *File, error) {
+	if err := checkName(name, true); err != nil {
+		return Attr{}, nil, err
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, nil, c.fail(ctx, "create", err)
+	}
+	flags &^= syscall.O_TRUNC | syscall.O_CREAT | syscall.O_EXCL
+	a, err := c.ns.Create(octx, cred, parent, name, syscall.S_IFREG|mode&modePerm, flags)
+	c.attrs.drop(parent)
+	if err != nil {
+		return Attr{}, nil, c.fail(ctx, "create", err)
+	}
+	c.entries.put(entryKey{parent, name}, a)
+	c.attrs.put(a.Ino, a)
+	return a, c.newFile(cred, a, flags), nil
+}
+
+// Mknod makes a regular file, device, fifo or socket (mode's type bits
+// say which; rdev is the device number).
+func (c *Client) Mknod(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64) (Attr, error) {
+	switch mode & modeType {
+	case 0:
+		mode |= syscall.S_IFREG
+	case syscall.S_IFREG, syscall.S_IFCHR, syscall.S_IFBLK, syscall.S_IFIFO, syscall.S_IFSOCK:
+	default:
+		return Attr{}, syscall.EINVAL
+	}
+	return c.make(ctx, "mknod", cred, parent, name, mode&(modeType|modePerm), rdev, "")
+}
+
+// Mkdir makes a directory.
+func (c *Client) Mkdir(ctx context.Context, cred Cred, parent uint64, name string, mode uint32) (Attr, error) {
+	return c.make(ctx, "mkdir", cred, parent, name, syscall.S_IFDIR|mode&modePerm, 0, "")
+}
+
+// Symlink makes a symbolic link to target.
+func (c *Client) Symlink(ctx context.Context, cred Cred, parent uint64, name, target string) (Attr, error) {
+	if target == "" {
+		return Attr{}, syscall.ENOENT
+	}
+	if len(target) > maxSymlinkLen {
+		return Attr{}, syscall.ENAMETOOLONG
+	}
+	return c.make(ctx, "symlink", cred, parent, name, syscall.S_IFLNK|0o777, 0, target)
+}
+
+// maxSymlinkLen is the longest symlink target (PATH_MAX minus the NUL).
+const maxSymlinkLen = 4095
+
+func (c *Client) make(ctx context.Context, op string, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error) {
+	if err := checkName(name, true); err != nil {
+		return Attr{}, err
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, c.fail(ctx, op, err)
+	}
+	a, err := c.ns.Make(octx, cred, parent, name, mode, rdev, target)
+	c.attrs.drop(parent)
+	if err != nil {
+		return Attr{}, c.fail(ctx, op, err)
+	}
+	c.entries.put(entryKey{parent, name}, a)
+	c.attrs.put(a.Ino, a)
+	return a, nil
+}
+
+// Link makes newName in newParent another name of ino.
+func (c *Client) Link(ctx context.Context, cred Cred, ino, newParent uint64, newName string) (Attr, error) {
+	if err := checkName(newName, true); err != nil {
+		return Attr{}, err
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, c.fail(ctx, "link", err)
+	}
+	a, err := c.ns.Link(octx, cred, ino, newParent, newName)
+	c.attrs.drop(newParent)
+	c.attrs.drop(ino)
+	if err != nil {
+		return Attr{}, c.fail(ctx, "link", err)
+	}
+	c.entries.put(entryKey{newParent, newName}, a)
+	c.attrs.put(a.Ino, a)
+	return c.opens.overlay(a), nil
+}
+
+// Unlink removes name (not a directory) from parent.
+func (c *Client) Unlink(ctx context.Context, cred Cred, parent uint64, name string) error {
+	return c.remove(ctx, "unlink", cred, parent, name, c.ns.Unlink)
+}
+
+// Rmdir removes the empty directory name from parent.
+func (c *Client) Rmdir(ctx context.Context, cred Cred, parent uint64, name string) error {
+	return c.remove(ctx, "rmdir", cred, parent, name, c.ns.Rmdir)
+}
+
+func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64, name string,
+	call func(context.Context, Cred, uint64, string) error) error {
+	if err := checkName(name, false); err != nil {
+		return err
+	}
+	if name == "." || name == ".." {
+		if op == "rmdir" && name == "." {
+			return syscall.EINVAL
+		}
+		return syscall.ENOTEMPTY
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return c.fail(ctx, op, err)
+	}
+	c.forgetEntry(parent, name)
+	return c.fail(ctx, op, call(octx, cred, parent, name))
+}
+
+// forgetEntry drops a name and the attributes of the inode it named and
+// of its directory from the caches: removing or renaming it changes their
+// link counts and times.
+func (c *Client) forgetEntry(parent uint64, name string) {
+	if a, ok := c.entries.get(entryKey{parent, name}); ok {
+		c.attrs.drop(a.Ino)
+	}
+	c.entries.drop(entryKey{parent, name})
+	c.attrs.drop(parent)
+}
+
+// Rename moves name in parent to newName in newParent; flags are
+// renameat2's RenameNoReplace or RenameExchange.
+func (c *Client) Rename(ctx context.Context, cred Cred, parent uint64, name string, newParent uint64, newName string, flags uint32) error {
+	if err := checkName(name, false); err != nil {
+		return err
+	}
+	if err := checkName(newName, false); err != nil {
+		return err
+	}
+	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
+		return syscall.EINVAL
+	}
+	if name == "." || name == ".." || newName == "." || newName == ".." {
+		return syscall.EBUSY
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return c.fail(ctx, "rename", err)
+	}
+	c.forgetEntry(parent, name)
+	c.forgetEntry(newParent, newName)
+	return c.fail(ctx, "rename", c.ns.Rename(octx, cred, parent, name, newParent, newName, flags))
+}
+
+// Readlink returns a symlink's target.
+func (c *Client) Readlink(ctx context.Context, cred Cred, ino uint64) (string, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return "", c.fail(ctx, "readlink", err)
+	}
+	t, err := c.ns.Readlink(octx, cred, ino)
+	return t, c.fail(ctx, "readlink", err)
+}
+
+// ReadDir returns up to max entries of directory ino after cookie (0: from
+// the start), in cookie order, without "." and "..". An empty result ends
+// the listing. Entries added during a listing may or may not appear;
+// removed ones do not; every other entry appears exactly once.
+func (c *Client) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, error) {
+	if max <= 0 {
+		max = defaultReadDirBatch
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return nil, c.fail(ctx, "readdir", err)
+	}
+	ents, err := c.ns.ReadDir(octx, cred, ino, cookie, max)
+	return ents, c.fail(ctx, "readdir", err)
+}
+
+// defaultReadDirBatch is how many entries one ReadDir asks for when the
+// caller does not say.
+const defaultReadDirBatch = 512
+
+// StatFS returns the cluster's capacity: the sum over its nodes.
+func (c *Client) StatFS(ctx context.Context) (StatFS, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return StatFS{}, c.fail(ctx, "statfs", err)
+	}
+	s, err := c.ns.StatFS(octx)
+	return s, c.fail(ctx, "statfs", err)
+}
+
+// GetXattr returns the value of extended attribute name.
+func (c *Client) GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return nil, c.fail(ctx, "getxattr", err)
+	}
+	v, err := c.ns.GetXattr(octx, cred, ino, name)
+	return v, c.fail(ctx, "getxattr", err)
+}
+
+// ListXattr returns the names of ino's extended attributes.
+func (c *Client) ListXattr(ctx context.Context, cred Cred, ino uint64) ([]string, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return nil, c.fail(ctx, "listxattr", err)
+	}
+	v, err := c.ns.ListXattr(octx, cred, ino)
+	return v, c.fail(ctx, "listxattr", err)
+}
+
+// SetXattr sets extended attribute name; flags are XattrCreate or
+// XattrReplace.
+func (c *Client) SetXattr(ctx context.Context, cred Cred, ino uint64, name string, value []byte, flags int) error {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return c.fail(ctx, "setxattr", err)
+	}
+	c.attrs.drop(ino)
+	return c.fail(ctx, "setxattr", c.ns.SetXattr(octx, cred, ino, name, value, flags))
+}
+
+// RemoveXattr removes extended attribute name.
+func (c *Client) RemoveXattr(ctx context.Context, cred Cred, ino uint64, name string) error {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return c.fail(ctx, "removexattr", err)
+	}
+	c.attrs.drop(ino)
+	return c.fail(ctx, "removexattr", c.ns.RemoveXattr(octx, cred, ino, name))
+}
+
+// Access checks whether cred may access ino with mask (R_OK, W_OK, X_OK
+// bits; 0 checks existence).
+func (c *Client) Access(ctx context.Context, cred Cred, ino uint64, mask uint32) error {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return c.fail(ctx, "access", err)
+	}
+	return c.fail(ctx, "access", c.ns.Access(octx, cred, ino, mask))
+}
