@@ -136,9 +136,6 @@ demo_steps() {
 	echo
 	echo "== octoctl map --token-file (regions and their rkeys)"
 	"$OCTOCTL" map --token-file "$TOKEN_FILE"
-	echo
-	echo "== octoctl probe: one-sided RDMA READs of every node's region from this process"
-	"$OCTOCTL" probe --token-file "$TOKEN_FILE"
 }
 demo_steps
 

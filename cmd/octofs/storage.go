@@ -2,19 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"net"
-	"os"
 
 	"github.com/octofs/octofs/cluster"
-	"github.com/octofs/octofs/dataplane"
+	"github.com/octofs/octofs/node"
 	"github.com/octofs/octofs/pmem"
-	"github.com/octofs/octofs/rdma"
-	"github.com/octofs/octofs/rdma/provider"
 )
 
 // storageOptions are the flags of a node's storage side.
@@ -34,21 +27,10 @@ const (
 	defaultRDMAAddr = "127.0.0.1:7402"
 )
 
-// pmemStorage is a node's storage side: its pmem region, exported over
-// RDMA to clients that hold the cluster token.
-type pmemStorage struct {
-	region *pmem.Region
-	dev    rdma.Device
-	export *dataplane.Export
-	log    *slog.Logger
-}
-
-var _ storageSide = (*pmemStorage)(nil)
-
-// openPmemStorage opens (or creates) the region file, opens the RDMA
-// device and exports the region. token returns the cluster token once the
-// node knows it.
-func openPmemStorage(o *serveOptions, token func() string, log *slog.Logger) (storageSide, error) {
+// openPmemStorage opens the node's storage side (package node): the
+// region, the RDMA device and the listener. Serving starts in bindStorage,
+// once the node knows its cluster.
+func openPmemStorage(o *serveOptions, _ func() string, log *slog.Logger) (storageSide, error) {
 	so := &o.storage
 	if so.pmemPath == "" {
 		return noStorage{}, nil
@@ -57,46 +39,15 @@ func openPmemStorage(o *serveOptions, token func() string, log *slog.Logger) (st
 	if err != nil {
 		return nil, err
 	}
-	popts := pmem.Options{Logger: log, Require: require}
-	var region *pmem.Region
-	if _, statErr := os.Stat(so.pmemPath); errors.Is(statErr, os.ErrNotExist) {
-		region, err = pmem.Create(so.pmemPath, so.pmemSize, pmem.FormatOptions{}, popts)
-		if err == nil {
-			log.Info("created pmem region", "path", so.pmemPath, "bytes", so.pmemSize)
-		}
-	} else {
-		region, err = pmem.Open(so.pmemPath, popts)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pmem region %s: %w", so.pmemPath, err)
-	}
-	info := region.Info()
-	log.Info("pmem region open", "path", so.pmemPath, "mode", info.Mode, "domain", info.Domain,
-		"flush", info.Instruction, "replayed", region.Recovery().Replayed)
-
-	softAddr := so.softAddr
-	if softAddr == "" {
-		host, _, err := net.SplitHostPort(so.rdmaAddr)
-		if err != nil {
-			region.Close()
-			return nil, fmt.Errorf("--rdma-addr %q: %w", so.rdmaAddr, err)
-		}
-		softAddr = net.JoinHostPort(host, "0")
-	}
-	dev, err := provider.Open(so.rdmaProvider, rdma.DeviceConfig{Device: so.rdmaDevice, GIDIndex: rdma.AutoGID, Addr: softAddr, Logger: log})
-	if err != nil {
-		region.Close()
-		return nil, fmt.Errorf("RDMA provider %q: %w", so.rdmaProvider, err)
-	}
-	export, err := dataplane.StartExport(dataplane.ExportConfig{
-		Region: region, Device: dev, ListenAddr: so.rdmaAddr, Token: token, Logger: log,
+	st, err := node.OpenStorage(node.StorageConfig{
+		PmemPath: so.pmemPath, PmemSize: so.pmemSize, Require: require,
+		Provider: so.rdmaProvider, Device: so.rdmaDevice, Addr: so.rdmaAddr, SoftAddr: so.softAddr,
+		Logger: log,
 	})
 	if err != nil {
-		dev.Close()
-		region.Close()
-		return nil, fmt.Errorf("%w (is another node using --rdma-addr %s?)", err, so.rdmaAddr)
+		return nil, err
 	}
-	return &pmemStorage{region: region, dev: dev, export: export, log: log}, nil
+	return st, nil
 }
 
 func parseRequirement(s string) (pmem.Requirement, error) {
@@ -111,69 +62,16 @@ func parseRequirement(s string) (pmem.Requirement, error) {
 	return 0, fmt.Errorf("--pmem-require %q: use none, durable or pmem", s)
 }
 
-func (s *pmemStorage) RDMAAddr() string { return s.export.Addr() }
-
-func (s *pmemStorage) Region() cluster.RegionDescriptor {
-	d := s.export.Descriptor()
-	return cluster.RegionDescriptor{UUID: d.RegionUUID.String(), Base: d.Base, Length: d.Length, RKey: d.RKey}
-}
-
-// Bind records the cluster and node in the region's superblock the first
-// time, and refuses a region that belongs to another cluster or node.
-func (s *pmemStorage) Bind(clusterID string, node cluster.NodeID) error {
-	wantCluster, wantNode := regionIdentity(clusterID, node)
-	sb := s.region.Superblock()
-	switch {
-	case sb.ClusterUUID.IsZero() && sb.NodeID == 0:
-		if err := s.region.SetIdentity(wantCluster, wantNode); err != nil {
-			return fmt.Errorf("pmem region: record identity: %w", err)
-		}
-		s.log.Info("pmem region bound to this node", "cluster", clusterID, "node", node)
-		return nil
-	case sb.ClusterUUID != wantCluster || sb.NodeID != wantNode:
-		return fmt.Errorf("%w: the pmem region belongs to another cluster or node (cluster %s, node %#x; this is cluster %s node %s): point --pmem at this node's own region, or at a new path to create one",
-			pmem.ErrWrongCluster, sb.ClusterUUID, sb.NodeID, clusterID, node)
-	}
-	return nil
-}
-
-// regionIdentity maps the cluster's and node's names to the identity a
-// pmem superblock records: a hash of each, fixed forever since regions
-// store it.
-func regionIdentity(clusterID string, node cluster.NodeID) (pmem.UUID, uint64) {
-	sum := sha256.Sum256([]byte(clusterID))
-	var u pmem.UUID
-	copy(u[:], sum[:16])
-	h := fnv.New64a()
-	h.Write([]byte(node))
-	return u, h.Sum64()
-}
-
-func (s *pmemStorage) Close() error {
-	return errors.Join(s.export.Close(), s.dev.Close(), s.region.Close())
-}
-
-// bindStorage waits until the node knows its cluster, then binds the
-// region to it. It returns an error only for a region of another cluster
-// or node, which the node must not serve.
+// bindStorage waits until the node knows its cluster, binds the region to
+// it and starts the services. It returns an error only for what the node
+// must not serve (a region of another cluster or node, damaged logs).
 func bindStorage(ctx context.Context, n *cluster.Node, s storageSide) error {
-	b, ok := s.(interface {
-		Bind(string, cluster.NodeID) error
-	})
+	st, ok := s.(*node.Storage)
 	if !ok {
 		return nil
 	}
-	var epoch uint64
-	for {
-		m := n.Map()
-		if m != nil && m.ClusterID != "" {
-			return b.Bind(m.ClusterID, n.ID())
-		}
-		if m != nil {
-			epoch = m.Epoch
-		}
-		if _, err := n.Watch(ctx, epoch); err != nil {
-			return nil // shutting down
-		}
+	if err := st.Serve(ctx, n); err != nil && ctx.Err() == nil {
+		return err
 	}
+	return nil
 }

@@ -12,14 +12,13 @@ import (
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane"
-	"github.com/octofs/octofs/pmem"
 	"github.com/octofs/octofs/rdma"
 	"github.com/octofs/octofs/rdma/soft"
 )
 
-// regionInMap waits until the node's entry in the map carries a region
-// with an rkey other than stale's, and returns it.
-func regionInMap(t *testing.T, admin, token string, stale cluster.RegionDescriptor) cluster.NodeInfo {
+// regionInMap waits until the node's entry in the map carries its region
+// and RDMA address, and returns it.
+func regionInMap(t *testing.T, admin, token string) cluster.NodeInfo {
 	t.Helper()
 	c := cluster.NewAdminClient([]string{admin}, token, nil)
 	defer c.CloseIdleConnections()
@@ -28,7 +27,7 @@ func regionInMap(t *testing.T, admin, token string, stale cluster.RegionDescript
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		m, err := c.Map(ctx)
-		if err != nil || len(m.Nodes) != 1 || m.Nodes[0].Region.RKey == 0 || m.Nodes[0].Region == stale {
+		if err != nil || len(m.Nodes) != 1 || m.Nodes[0].Region.UUID == "" || m.Nodes[0].RDMAAddr == "" {
 			return false
 		}
 		info = m.Nodes[0]
@@ -37,9 +36,9 @@ func regionInMap(t *testing.T, admin, token string, stale cluster.RegionDescript
 	return info
 }
 
-// readSuperblock reads the first 4 KiB of a node's region with a one-sided
-// RDMA READ, as a client would.
-func readSuperblock(t *testing.T, info cluster.NodeInfo, token string) (pmem.Superblock, error) {
+// dialData opens a data connection to the node as a client would and
+// returns what the node granted.
+func dialData(t *testing.T, info cluster.NodeInfo, token string) (dataplane.Grant, error) {
 	t.Helper()
 	dev, err := soft.Open(rdma.DeviceConfig{})
 	require.NoError(t, err)
@@ -48,29 +47,21 @@ func readSuperblock(t *testing.T, info cluster.NodeInfo, token string) (pmem.Sup
 	require.NoError(t, err)
 	cq, err := dev.CreateCQ(4)
 	require.NoError(t, err)
-	buf := make([]byte, 4096)
-	mr, err := pd.RegMR(buf, rdma.AccessLocalWrite)
-	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := dataplane.DialExport(ctx, pd, cq, info.RDMAAddr, token, "test")
+	conn, g, err := dataplane.DialData(ctx, pd, cq, info.RDMAAddr, 1, dataplane.Hello{
+		Token: token, ClientID: dataplane.RandomID(), Incarnation: dataplane.RandomID(), Client: "test"})
 	if err != nil {
-		return pmem.Superblock{}, err
+		return g, err
 	}
-	defer conn.Close()
-	require.NoError(t, conn.QP.PostSend([]rdma.SendWR{{Opcode: rdma.OpRead, Flags: rdma.SendSignaled,
-		SGL: []rdma.SGE{{Addr: mr.Addr(), Length: 4096, LKey: mr.LKey()}}, RemoteAddr: info.Region.Base, RKey: info.Region.RKey}}))
-	var wc [1]rdma.WorkCompletion
-	_, err = cq.Wait(ctx, wc[:])
-	require.NoError(t, err)
-	require.NoError(t, wc[0].Err())
-	return pmem.DecodeSuperblock(buf)
+	conn.Close()
+	return g, nil
 }
 
 // TestServeExportsRegion starts `octofs serve --pmem` as a process: the
-// region file is created, published in the map, readable over RDMA with
-// the token and refused without it; after a restart the same region comes
-// back under a new key; and a node refuses to serve a region that belongs
+// region file is created and published in the map without any key, data
+// connections are granted with the token and refused without it, a restart
+// is a new incarnation, and a node refuses to serve a region that belongs
 // to another cluster.
 func TestServeExportsRegion(t *testing.T) {
 	if testing.Short() {
@@ -94,29 +85,31 @@ func TestServeExportsRegion(t *testing.T) {
 	token, err := cluster.ReadTokenFile(tokenFile)
 	require.NoError(t, err)
 
-	info := regionInMap(t, admin, token, cluster.RegionDescriptor{})
+	info := regionInMap(t, admin, token)
 	require.Equal(t, uint64(8<<20), info.Region.Length)
-	sb, err := readSuperblock(t, info, token)
-	require.NoError(t, err)
-	require.Equal(t, info.Region.UUID, sb.RegionUUID.String(), "the region read over RDMA is the one the map names")
-	waitFor(t, "the region bound to the cluster", 30*time.Second, func() bool {
-		sb, err := readSuperblock(t, info, token)
-		return err == nil && !sb.ClusterUUID.IsZero() && sb.NodeID != 0
+	require.Zero(t, info.Region.RKey, "the map publishes no key: nothing of the region is remotely accessible through it")
+	waitFor(t, "the node serving data connections", 30*time.Second, func() bool {
+		_, err := dialData(t, info, token)
+		return err == nil
 	})
-	_, err = readSuperblock(t, info, "wrong")
+	g, err := dialData(t, info, token)
+	require.NoError(t, err)
+	require.NotZero(t, g.Incarnation)
+	_, err = dialData(t, info, "wrong")
 	require.ErrorIs(t, err, rdma.ErrRejected, "no token, no access")
 
-	// Restart: the same region under a new registration, which the node
-	// publishes with its heartbeats; until then clients holding the old
-	// key are refused by the responder (a client refreshes its map then).
+	// Restart: the same region, served by a new incarnation, so clients
+	// drop what they learnt from the old process.
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	<-p.done
 	require.NoError(t, p.err, "clean exit on SIGTERM")
 	p = startServe(t, "n1-again.log", first...)
-	again := regionInMap(t, admin, token, info.Region)
-	require.Equal(t, info.Region.UUID, again.Region.UUID)
-	_, err = readSuperblock(t, again, token)
-	require.NoError(t, err)
+	var again dataplane.Grant
+	waitFor(t, "the restarted node serving data connections", 30*time.Second, func() bool {
+		again, err = dialData(t, regionInMap(t, admin, token), token)
+		return err == nil
+	})
+	require.NotEqual(t, g.Incarnation, again.Incarnation, "a restarted node is a new incarnation")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	<-p.done
 
