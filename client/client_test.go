@@ -626,7 +626,7 @@ func TestStatFSAndXattrs(t *testing.T) {
 
 // waitCalls waits until the fake namespace has served at least n calls
 // of op, failing the test after 10s.
-func waitCalls(t *testing.T, ns *fakeNS, op string, n int) {
+func waitCalls(t *testing.T, ns *memNS, op string, n int) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
@@ -642,4 +642,52 @@ func waitCalls(t *testing.T, ns *fakeNS, op string, n int) {
 			t.Fatalf("%d %s calls within 10s, want %d", got, op, n)
 		}
 	}
+}
+
+func TestLockRangesSplitAndSessionEndReleases(t *testing.T) {
+	fc := newFakeCluster()
+	c1, c2 := fc.client(t), fc.client(t)
+	ctx := context.Background()
+	a, f1 := create(t, c1, alice, "f", syscall.O_RDWR)
+	f2, err := c2.Open(ctx, alice, a.Ino, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same owner number in two clients is two owners.
+	lk := func(typ int16, start, end uint64) Lock {
+		return Lock{Kind: LockPOSIX, Type: typ, Owner: 7, Start: start, End: end}
+	}
+	if err := f1.SetLk(ctx, lk(LockWrite, 0, 99), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := f1.SetLk(ctx, lk(LockUnlock, 10, 19), false); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		start, end uint64
+		want       error
+	}{
+		"the hole":        {10, 19, nil},
+		"left piece":      {0, 9, syscall.EAGAIN},
+		"right piece":     {20, 20, syscall.EAGAIN},
+		"beyond the lock": {100, LockEOF, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := f2.SetLk(ctx, lk(LockRead, tc.start, tc.end), false)
+			if err != tc.want {
+				t.Fatalf("SetLk [%d, %d] = %v, want %v", tc.start, tc.end, err, tc.want)
+			}
+		})
+	}
+	// Reads share.
+	if err := f2.SetLk(ctx, Lock{Kind: LockPOSIX, Type: LockRead, Owner: 8, Start: 10, End: 19}, false); err != nil {
+		t.Fatalf("second read lock on a read-locked range: %v", err)
+	}
+	// When c1's session ends, its locks go with it.
+	c1.Close()
+	if err := f2.SetLk(ctx, lk(LockWrite, 0, 9), false); err != nil {
+		t.Fatalf("lock after the holder's client closed: %v", err)
+	}
+	f2.Close(ctx)
+	_ = f1
 }
