@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 		newRemoveCmd(),
 		newDrainCmd(),
 		newFsckCmd(),
+		newFSCmd(),
 		newProbeCmd(),
 	)
 	return root
