@@ -98,7 +98,7 @@ func Check(r *pmem.Region) *Report {
 		add(pmem.SevError, "plog", "", "%v: run pmem's fsck first", err)
 		return rep
 	}
-	reached := map[pmem.RecordID]pmem.RecordID{} // segment -> head whose chain reaches it
+	reached := map[pmem.RecordID]pmem.RecordID{} // segment -> live head whose chain reaches it
 	live := map[LogID][]pmem.RecordID{}
 	for _, hid := range sc.order {
 		sh := sc.heads[hid]
@@ -108,11 +108,13 @@ func Check(r *pmem.Region) *Report {
 		}
 		h := sh.h
 		sum := LogSummary{ID: h.ID, Head: hid, Epoch: h.Epoch, Deleting: h.State == stateDeleting, Segments: len(sh.chain)}
+		segs, pools := sc.owned(hid)
 		if sum.Deleting {
-			add(pmem.SevWarning, "plog head", "plog.Open finishes the delete", "%v (head record %d) is being deleted", h.ID, hid)
-		} else {
-			live[h.ID] = append(live[h.ID], hid)
+			add(pmem.SevWarning, "plog head", "plog.Open finishes the delete", "%v (head record %d) is being deleted: %d segment(s) and %d pool(s) left to free", h.ID, hid, len(segs), len(pools))
+			rep.Logs = append(rep.Logs, sum)
+			continue
 		}
+		live[h.ID] = append(live[h.ID], hid)
 		walked := slices.Clone(sh.chain)
 		if sh.brokenAt != 0 {
 			walked = append(walked, segInfo{id: sh.brokenAt})
@@ -126,7 +128,7 @@ func Check(r *pmem.Region) *Report {
 		}
 		if sh.chainErr != nil {
 			add(pmem.SevError, "plog chain", restore, "%v", sh.chainErr)
-		} else if !sum.Deleting {
+		} else {
 			err := replaySegments(r, h.ID, sh.chain, func([]byte) error { sum.Records++; return nil })
 			if err != nil {
 				add(pmem.SevError, "plog records", restore, "below the published tail: %v", err)
@@ -135,7 +137,6 @@ func Check(r *pmem.Region) *Report {
 		for _, si := range sh.chain {
 			sum.Bytes += si.end
 		}
-		_, pools := sc.owned(hid)
 		for _, pid := range pools {
 			if sc.pools[pid].p.ID == h.ID {
 				sum.Pools++
@@ -150,7 +151,8 @@ func Check(r *pmem.Region) *Report {
 		}
 	}
 	// owner describes why a segment or pool naming head hid for log id
-	// is or is not properly owned; "" when it is a live head of that log.
+	// is not properly owned: an error, a warning when the head is being
+	// deleted, "" when hid is a live head of that log.
 	owner := func(id LogID, hid pmem.RecordID) (pmem.Severity, string) {
 		sh := sc.heads[hid]
 		switch {
@@ -167,13 +169,11 @@ func Check(r *pmem.Region) *Report {
 	}
 	for _, sid := range sortedKeys(sc.segs) {
 		ss := sc.segs[sid]
-		if ss.err != nil {
-			if _, ok := reached[sid]; !ok {
-				add(pmem.SevError, "plog segment", restore, "segment record %d: %v", sid, ss.err)
-			}
-			continue
-		}
 		if _, ok := reached[sid]; ok {
+			continue // its chain's findings cover it
+		}
+		if ss.err != nil {
+			add(pmem.SevError, "plog segment", restore, "segment record %d: %v", sid, ss.err)
 			continue
 		}
 		sev, why := owner(ss.s.ID, ss.s.Owner)
@@ -182,10 +182,12 @@ func Check(r *pmem.Region) *Report {
 			add(sev, "plog segment", "", "segment record %d %s (a leak: no log reaches it)", sid, why)
 		case sev == pmem.SevWarning:
 			add(sev, "plog segment", "plog.Open finishes the delete", "segment record %d %s", sid, why)
-		case sc.heads[ss.s.Owner].chainErr == nil:
-			add(pmem.SevWarning, "plog segment", "plog.Open frees it", "segment record %d of %v (epoch %d) is not in its chain: left by an interrupted rewrite", sid, ss.s.ID, ss.s.Epoch)
-		default:
+		case sc.heads[ss.s.Owner].chainErr != nil:
 			add(pmem.SevError, "plog segment", restore, "segment record %d of %v is not in its damaged chain", sid, ss.s.ID)
+		case sc.garbage(sid, ss.s.Owner):
+			add(pmem.SevWarning, "plog segment", "plog.Open frees it", "segment record %d of %v (epoch %d, the log's is %d) is not in its chain: left by an interrupted rewrite", sid, ss.s.ID, ss.s.Epoch, sc.heads[ss.s.Owner].h.Epoch)
+		default:
+			add(pmem.SevError, "plog segment", "", "segment record %d of %v has the log's current epoch %d but is not in its chain (a leak)", sid, ss.s.ID, ss.s.Epoch)
 		}
 	}
 	for _, pid := range sortedKeys(sc.pools) {

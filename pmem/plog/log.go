@@ -36,6 +36,7 @@ type Log struct {
 	// anyone.
 	mu           sync.Mutex
 	epoch        uint64
+	nextEpoch    uint64 // for the next Rewrite: above every epoch ever used
 	segs         []segInfo
 	pools        map[pmem.Extent]pmem.RecordID
 	rewriteBytes uint64
@@ -448,7 +449,8 @@ func (l *Log) Rewrite(snapshot func(emit func(rec []byte) error) error) error {
 		l.mu.Unlock()
 		return l.errDeleted()
 	}
-	epoch := l.epoch + 1
+	epoch := l.nextEpoch
+	l.nextEpoch++
 	old := slices.Clone(l.segs)
 	l.mu.Unlock()
 

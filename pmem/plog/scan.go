@@ -18,6 +18,10 @@ type scan struct {
 	segs  map[pmem.RecordID]*scanSeg
 	pools map[pmem.RecordID]*scanPool
 	order []pmem.RecordID // heads in id order
+	// reached holds every segment a live head's chain walk reached,
+	// including the link a failed walk stopped at, with that head: such a
+	// segment is never freed as garbage, whatever its payload says.
+	reached map[pmem.RecordID]pmem.RecordID
 }
 
 type scanHead struct {
@@ -118,9 +122,20 @@ func scanRegion(r *pmem.Region) (*scan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plog: reading the region's records: %w", err)
 	}
+	sc.reached = map[pmem.RecordID]pmem.RecordID{}
 	for _, id := range sc.order {
-		if h := sc.heads[id]; h.err == nil {
-			h.chain, h.brokenAt, h.chainErr = sc.walk(id, h.h)
+		h := sc.heads[id]
+		// A head being deleted may name segments already freed (and
+		// reused): its chain is not walked.
+		if h.err != nil || h.h.State != stateLive {
+			continue
+		}
+		h.chain, h.brokenAt, h.chainErr = sc.walk(id, h.h)
+		for _, si := range h.chain {
+			sc.reached[si.id] = id
+		}
+		if h.brokenAt != 0 {
+			sc.reached[h.brokenAt] = id
 		}
 	}
 	return sc, nil
@@ -173,6 +188,28 @@ func (sc *scan) info(id pmem.RecordID, ss *scanSeg) segInfo {
 		nextOff: po + offNext,
 		endOff:  po + offEnd,
 	}
+}
+
+// garbage reports whether segment sid is one an interrupted Rewrite left
+// behind for head hid: it names hid and its log, no live chain reaches
+// it, and its epoch is not the head's (every segment in a chain has the
+// head's epoch, and epochs are never reused). hid must be a live head
+// whose chain is whole.
+func (sc *scan) garbage(sid, hid pmem.RecordID) bool {
+	ss, sh := sc.segs[sid], sc.heads[hid]
+	_, reached := sc.reached[sid]
+	return ss != nil && ss.err == nil && ss.s.Owner == hid && ss.s.ID == sh.h.ID && !reached && ss.s.Epoch != sh.h.Epoch
+}
+
+// maxEpoch is the highest epoch of head hid and of the segments naming it.
+func (sc *scan) maxEpoch(hid pmem.RecordID) uint64 {
+	e := sc.heads[hid].h.Epoch
+	for _, ss := range sc.segs {
+		if ss.err == nil && ss.s.Owner == hid {
+			e = max(e, ss.s.Epoch)
+		}
+	}
+	return e
 }
 
 // owned lists the segments and pools whose payload names head hid.

@@ -138,10 +138,13 @@ func Open(r *pmem.Region, o Options) (*Store, error) {
 		}
 		l := s.newLog(h.ID, hid, h)
 		l.segs = sh.chain
+		l.nextEpoch = sc.maxEpoch(hid) + 1
 		segs, pools := sc.owned(hid)
 		for _, sid := range segs {
-			if !slices.ContainsFunc(sh.chain, func(si segInfo) bool { return si.id == sid }) {
+			if sc.garbage(sid, hid) {
 				garbage = append(garbage, sid)
+			} else if _, ok := sc.reached[sid]; !ok {
+				s.logger.Warn("plog: segment of the current epoch outside its chain; run octoctl fsck", "log", h.ID.String(), "record", sid)
 			}
 		}
 		for _, pid := range pools {
@@ -175,7 +178,14 @@ func (s *Store) collect(garbage, deleting []pmem.RecordID, sc *scan) error {
 		}
 	}
 	for _, hid := range deleting {
-		segs, pools := sc.owned(hid)
+		owned, pools := sc.owned(hid)
+		// A segment a live chain reaches stays, whatever owner it names.
+		var segs []pmem.RecordID
+		for _, sid := range owned {
+			if _, ok := sc.reached[sid]; !ok {
+				segs = append(segs, sid)
+			}
+		}
 		s.logger.Info("plog: finishing an interrupted delete", "log", sc.heads[hid].h.ID.String(), "segments", len(segs), "pools", len(pools))
 		if err := s.freeAll(append(append(pools, segs...), hid)); err != nil {
 			return fmt.Errorf("plog: finishing the delete of %v: %w", sc.heads[hid].h.ID, err)
@@ -189,6 +199,7 @@ func (s *Store) newLog(id LogID, hid pmem.RecordID, h head) *Log {
 		s: s, id: id, head: hid,
 		headOff:      payloadOff(s.g, hid),
 		epoch:        h.Epoch,
+		nextEpoch:    h.Epoch + 1,
 		rewriteBytes: h.RewriteBytes,
 		pools:        map[pmem.Extent]pmem.RecordID{},
 	}
