@@ -1,0 +1,50 @@
+// Package dpclient is the client's data I/O engine: it reads and writes
+// file chunks at their owners with one-sided RDMA. The client library
+// (package client) wraps it into files; it knows nothing of files beyond
+// inode numbers and byte ranges, and nothing of FUSE.
+//
+// # How an I/O goes
+//
+// A range is cut at chunk boundaries (wire.ChunkSize); each chunk piece
+// goes to the chunk's owner (cluster.Map.ChunkOwner) and the pieces run in
+// parallel. For each piece the engine needs the chunk's extents for its
+// data connection to the owner: from its cache while their lease lasts,
+// else by one map RPC (reads) or allocate RPC (writes that meet a hole;
+// the owner zeroes fresh blocks before it maps them). It then posts one
+// RDMA READ or WRITE per extent the piece touches on the owner's data
+// connection (one RC queue pair per node, apart from the RPC connection),
+// the last one signaled, and waits. Holes read as zeros without any
+// transfer. Writes are recorded per owner process; Persist sends each
+// owner touched one persist RPC naming that process's incarnation.
+//
+// # Memory
+//
+// A caller's slice that lies in a Buffer from AllocBuffer is read into or
+// written from in place (zero copy). Any other slice goes through a
+// registered bounce buffer and one copy (Stats.BytesCopied counts them).
+//
+// # Failures
+//
+// A remote access error (the owner evicted this client, its token was
+// rotated, or it restarted: every rkey of the old connection is dead), a
+// broken connection, a reply naming a session the owner no longer has, or
+// a wrong-owner reply end the attempt: the engine closes the data
+// connection if it failed, drops the chunk's extents, waits for a newer
+// map where the owner said so, and tries again (Config.Attempts times).
+// The application sees no error unless the attempts run out. ENOSPC,
+// ErrDataLost (an owner restarted between a write and its persist: fsync
+// must fail) and malformed replies are not retried.
+//
+// # Leases
+//
+// Extents are used only until the lease the owner granted, counted from
+// when the request was sent (before the owner could have computed the
+// reply), by the engine's clock. The owner keeps freed blocks out of use
+// for longer than that (dataplane.ServiceConfig.Quarantine), so a stale
+// extent never reaches another file's bytes.
+//
+// # Counters
+//
+// Stats counts file-level calls, RDMA work requests, RPCs by op, bytes
+// moved and copied, retries and reconnects, for /metrics and benchmarks.
+package dpclient

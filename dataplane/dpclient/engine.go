@@ -1,0 +1,393 @@
+package dpclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/dataplane"
+	"github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/rdma"
+)
+
+// Sentinel errors. The client library maps them to errno values.
+var (
+	// ErrNoSpace is ENOSPC from a chunk's owner; the file is unchanged
+	// by the failed call beyond what the call completed before it.
+	ErrNoSpace = errors.New("dpclient: no space left on device")
+	// ErrDataLost means an owner restarted between a write and the
+	// persist that was to make it durable: the data may be lost (EIO for
+	// fsync).
+	ErrDataLost = errors.New("dpclient: an owner restarted before the data was persisted")
+	// ErrIO is any other failure of the data path (EIO).
+	ErrIO = errors.New("dpclient: data I/O failed")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("dpclient: engine closed")
+)
+
+// errRetry marks a failure that a new attempt (new connection, new
+// extents, new map) may not meet.
+var errRetry = errors.New("dpclient: retry")
+
+// Caller is the RPC transport the engine needs: one request to one node,
+// its reply's payload back. The client library passes its rdma/rpc pool.
+type Caller interface {
+	Call(ctx context.Context, node cluster.NodeInfo, op uint16, req []byte) ([]byte, error)
+}
+
+// Config configures an Engine.
+type Config struct {
+	// Device is the RDMA device data connections and buffers use.
+	Device rdma.Device
+	// Map is the cluster map (with region keys: the client holds the
+	// token).
+	Map cluster.MapSource
+	// RPC carries chunk-service requests.
+	RPC Caller
+	// Token returns the cluster token for data connections.
+	Token func() string
+	// ClientID and Incarnation identify this client process (random,
+	// non-zero); Name is for the nodes' logs.
+	ClientID, Incarnation uint64
+	Name                  string
+	// Depth bounds the work requests in flight on one data connection
+	// (default 256).
+	Depth int
+	// Attempts bounds how often one chunk's I/O is tried when a
+	// connection breaks, a key is stale or the map moved (default 6).
+	Attempts int
+	// BounceKeep is how many bounce buffers of each size class are kept
+	// registered for reuse (default 16).
+	BounceKeep int
+	// Now is the clock for leases (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Engine is the client's data I/O engine: extent maps under leases, one
+// data connection per node, one-sided READ and WRITE of chunks at their
+// owners, persist on demand. It knows nothing of files beyond inode
+// numbers and byte ranges; the client library keeps sizes and calls the
+// namespace's commit. Its methods are safe for concurrent use.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+	pd  rdma.PD
+
+	bufs    registry
+	bounces bouncePool
+	stats   counters
+
+	mu      sync.Mutex
+	conns   map[cluster.NodeID]*dataConn
+	dialing map[cluster.NodeID]*sync.Mutex
+	cache   map[uint64]map[uint64]*cached // ino -> chunk -> extents
+	dirty   map[uint64]map[ownerKey]map[uint64]span
+	closed  bool
+}
+
+// cached is a chunk's extents as a node told one data session, usable
+// until expires.
+type cached struct {
+	dc      *dataConn
+	expires time.Time
+	exts    []wire.Extent
+}
+
+// ownerKey names the node process data was written to.
+type ownerKey struct {
+	node        cluster.NodeID
+	incarnation uint64
+}
+
+// span is a byte range [lo, hi) inside a chunk.
+type span struct{ lo, hi uint32 }
+
+// New returns an engine. It connects to nodes on first use.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Device == nil || cfg.Map == nil || cfg.RPC == nil || cfg.Token == nil {
+		return nil, fmt.Errorf("dpclient: Device, Map, RPC and Token are required")
+	}
+	if cfg.ClientID == 0 || cfg.Incarnation == 0 {
+		return nil, fmt.Errorf("dpclient: ClientID and Incarnation must be non-zero (use dataplane.RandomID)")
+	}
+	if cfg.Depth == 0 {
+		cfg.Depth = 256
+	}
+	if cfg.Attempts == 0 {
+		cfg.Attempts = 6
+	}
+	if cfg.BounceKeep == 0 {
+		cfg.BounceKeep = 16
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pd, err := cfg.Device.AllocPD()
+	if err != nil {
+		return nil, fmt.Errorf("dpclient: %w", err)
+	}
+	e := &Engine{cfg: cfg, log: log, pd: pd,
+		conns: make(map[cluster.NodeID]*dataConn), dialing: make(map[cluster.NodeID]*sync.Mutex),
+		cache: make(map[uint64]map[uint64]*cached), dirty: make(map[uint64]map[ownerKey]map[uint64]span)}
+	e.bounces = bouncePool{e: e, keep: cfg.BounceKeep, free: make(map[int][]*bounce)}
+	return e, nil
+}
+
+// Close ends every data connection and releases the engine's memory.
+// Buffers from AllocBuffer must be freed first.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	e.closed = true
+	conns := e.conns
+	e.conns = nil
+	e.mu.Unlock()
+	for _, dc := range conns {
+		dc.fail(ErrClosed)
+	}
+	e.bounces.close()
+	return e.pd.Close()
+}
+
+// conn returns the live data connection to node, dialing one if needed.
+func (e *Engine) conn(ctx context.Context, node cluster.NodeInfo) (*dataConn, error) {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if dc := e.conns[node.ID]; dc != nil && dc.alive() {
+		e.mu.Unlock()
+		return dc, nil
+	}
+	dm := e.dialing[node.ID]
+	if dm == nil {
+		dm = &sync.Mutex{}
+		e.dialing[node.ID] = dm
+	}
+	e.mu.Unlock()
+	dm.Lock()
+	defer dm.Unlock()
+	e.mu.Lock()
+	old := e.conns[node.ID]
+	e.mu.Unlock()
+	if old != nil && old.alive() {
+		return old, nil
+	}
+	if node.RDMAAddr == "" {
+		return nil, fmt.Errorf("%w: node %s has no RDMA address in the map", ErrIO, node.ID)
+	}
+	cq, err := e.cfg.Device.CreateCQ(2*e.cfg.Depth + 16)
+	if err != nil {
+		return nil, fmt.Errorf("dpclient: %w", err)
+	}
+	conn, grant, err := dataplane.DialData(ctx, e.pd, cq, node.RDMAAddr, e.cfg.Depth, dataplane.Hello{
+		Token: e.cfg.Token(), ClientID: e.cfg.ClientID, Incarnation: e.cfg.Incarnation, Client: e.cfg.Name,
+	})
+	if err != nil {
+		cq.Close()
+		return nil, fmt.Errorf("%w: data connection to node %s (%s): %w", errRetry, node.ID, node.RDMAAddr, err)
+	}
+	dc := newDataConn(node.ID, conn, cq, grant, e.cfg.Depth)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		dc.fail(ErrClosed)
+		return nil, ErrClosed
+	}
+	e.conns[node.ID] = dc
+	if old != nil {
+		e.stats.reconnects.Add(1)
+	}
+	return dc, nil
+}
+
+// header is the request header for the map m.
+func (e *Engine) header(m *cluster.Map) wire.Header {
+	return wire.Header{Epoch: m.Epoch, ClientID: e.cfg.ClientID, Incarnation: e.cfg.Incarnation}
+}
+
+// call sends req to node and decodes the reply, turning statuses into
+// errors. A status that a new map, connection or attempt may cure is
+// errRetry.
+func (e *Engine) call(ctx context.Context, node cluster.NodeInfo, req *wire.Request) (wire.Reply, error) {
+	e.stats.rpc(req.Op)
+	b, err := e.cfg.RPC.Call(ctx, node, uint16(req.Op), req.Encode())
+	if err != nil {
+		if ctx.Err() != nil {
+			return wire.Reply{}, ctx.Err()
+		}
+		return wire.Reply{}, fmt.Errorf("%w: %v to node %s: %w", errRetry, req.Op, node.ID, err)
+	}
+	rep, err := wire.DecodeReply(b)
+	if err != nil {
+		return wire.Reply{}, fmt.Errorf("%w: %v reply from node %s: %w", ErrIO, req.Op, node.ID, err)
+	}
+	switch rep.Status {
+	case wire.StatusOK:
+		return rep, nil
+	case wire.StatusWrongOwner:
+		e.awaitMap(ctx, max(rep.Epoch, req.Epoch+1))
+		return rep, fmt.Errorf("%w: %s", errRetry, rep.Message)
+	case wire.StatusNoSession, wire.StatusNotReady:
+		return rep, fmt.Errorf("%w: %s", errRetry, rep.Message)
+	case wire.StatusNoSpace:
+		return rep, fmt.Errorf("%w: node %s: %s", ErrNoSpace, node.ID, rep.Message)
+	case wire.StatusDataLost:
+		return rep, fmt.Errorf("%w: node %s: %s", ErrDataLost, node.ID, rep.Message)
+	}
+	return rep, fmt.Errorf("%w: %v at node %s: %v: %s", ErrIO, req.Op, node.ID, rep.Status, rep.Message)
+}
+
+// awaitMap waits a little for a map of at least epoch.
+func (e *Engine) awaitMap(ctx context.Context, epoch uint64) {
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for m := e.cfg.Map.Current(); m.Epoch < epoch && wctx.Err() == nil; {
+		m, _ = e.cfg.Map.Watch(wctx, m.Epoch)
+	}
+}
+
+// retry runs try until it succeeds, fails for good, or runs out of
+// attempts.
+func (e *Engine) retry(ctx context.Context, try func() error) error {
+	var err error
+	for attempt := 0; attempt < e.cfg.Attempts; attempt++ {
+		if attempt > 0 {
+			e.stats.retries.Add(1)
+			e.log.Debug("retrying data I/O", "attempt", attempt, "err", err)
+		}
+		if err = try(); err == nil || !errors.Is(err, errRetry) || ctx.Err() != nil {
+			break
+		}
+	}
+	if errors.Is(err, errRetry) {
+		return fmt.Errorf("%w after %d attempts: %w", ErrIO, e.cfg.Attempts, err)
+	}
+	return err
+}
+
+// owner returns the node holding ino's chunk.
+func (e *Engine) owner(ino, chunk uint64) (*cluster.Map, cluster.NodeInfo, error) {
+	m := e.cfg.Map.Current()
+	n, err := m.ChunkOwner(ino, chunk)
+	if err != nil {
+		return m, n, fmt.Errorf("%w: %w", ErrIO, err)
+	}
+	return m, n, nil
+}
+
+// extents returns ino's chunk's extents for data connection dc, from the
+// cache while the lease lasts, else by a map RPC; with alloc, every block
+// of [lo, hi) is allocated first if the cached extents lack one.
+func (e *Engine) extents(ctx context.Context, m *cluster.Map, node cluster.NodeInfo, dc *dataConn, ino, chunk uint64, alloc bool, lo, hi uint32) ([]wire.Extent, error) {
+	e.mu.Lock()
+	c := e.cache[ino][chunk]
+	e.mu.Unlock()
+	if c != nil && c.dc == dc && dc.alive() && e.cfg.Now().Before(c.expires) && (!alloc || covered(c.exts, lo, hi)) {
+		return c.exts, nil
+	}
+	req := wire.Request{Op: wire.OpMap, Header: e.header(m), Session: dc.grant.Session, Ino: ino, Chunk: chunk}
+	if alloc {
+		req.Op, req.Off, req.Len = wire.OpAllocate, lo, hi-lo
+	}
+	return e.fetch(ctx, node, dc, &req)
+}
+
+// fetch sends a request whose reply is a chunk's extents for dc's session
+// and caches them.
+func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn, req *wire.Request) ([]wire.Extent, error) {
+	// The lease runs from before the request left: the owner counts its
+	// quarantine from a moment after that.
+	sent := e.cfg.Now()
+	rep, err := e.call(ctx, node, req)
+	if rep.Status == wire.StatusNoSession {
+		dc.fail(fmt.Errorf("%w: node %s forgot the session", errConnLost, node.ID))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rep.Incarnation != dc.grant.Incarnation {
+		// The data connection reaches another process of the node
+		// than the one that answered: the node restarted between.
+		dc.fail(fmt.Errorf("%w: node %s restarted", errConnLost, node.ID))
+		return nil, fmt.Errorf("%w: node %s restarted", errRetry, node.ID)
+	}
+	c := &cached{dc: dc, expires: sent.Add(rep.Lease), exts: rep.Extents}
+	e.mu.Lock()
+	if e.cache[req.Ino] == nil {
+		e.cache[req.Ino] = make(map[uint64]*cached)
+	}
+	e.cache[req.Ino][req.Chunk] = c
+	e.mu.Unlock()
+	return c.exts, nil
+}
+
+// covered reports whether exts map every byte of [lo, hi).
+func covered(exts []wire.Extent, lo, hi uint32) bool {
+	at := lo
+	for _, x := range exts {
+		if x.End() <= at {
+			continue
+		}
+		if x.Off > at {
+			return false
+		}
+		at = x.End()
+		if at >= hi {
+			return true
+		}
+	}
+	return at >= hi
+}
+
+// dropChunk forgets one chunk's cached extents.
+func (e *Engine) dropChunk(ino, chunk uint64) {
+	e.mu.Lock()
+	delete(e.cache[ino], chunk)
+	e.mu.Unlock()
+}
+
+// Forget drops the extents cached for ino, so that the next I/O asks the
+// owners again (the client library calls it at open: close-to-open).
+func (e *Engine) Forget(ino uint64) {
+	e.mu.Lock()
+	delete(e.cache, ino)
+	e.mu.Unlock()
+}
+
+// noteDirty records that [lo, hi) of ino's chunk was written to the node
+// process key, for Persist.
+func (e *Engine) noteDirty(ino uint64, key ownerKey, chunk uint64, lo, hi uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	byOwner := e.dirty[ino]
+	if byOwner == nil {
+		byOwner = make(map[ownerKey]map[uint64]span)
+		e.dirty[ino] = byOwner
+	}
+	chunks := byOwner[key]
+	if chunks == nil {
+		chunks = make(map[uint64]span)
+		byOwner[key] = chunks
+	}
+	if s, ok := chunks[chunk]; ok {
+		lo, hi = min(lo, s.lo), max(hi, s.hi)
+	}
+	chunks[chunk] = span{lo, hi}
+}
+
+// Dirty reports whether ino has writes not yet persisted.
+func (e *Engine) Dirty(ino uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.dirty[ino]) > 0
+}

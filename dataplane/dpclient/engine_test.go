@@ -1,0 +1,117 @@
+package dpclient_test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/octofs/octofs/dataplane/dptest"
+	"github.com/octofs/octofs/dataplane/wire"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func pattern(seed uint64, n int) []byte {
+	b := make([]byte, n)
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func TestWriteReadRoundTrip(t *testing.T) {
+	c := dptest.New(t, dptest.Options{})
+	e := c.NewEngine()
+	ctx := testCtx(t)
+	const ino = 1<<48 | 5
+	for name, tc := range map[string]struct {
+		off uint64
+		n   int
+	}{
+		"small":            {off: 100, n: 10},
+		"block":            {off: 4096, n: 4096},
+		"across chunks":    {off: wire.ChunkSize - 3000, n: 9000},
+		"several chunks":   {off: 3 * wire.ChunkSize / 2, n: 3 * wire.ChunkSize},
+		"far, sparse file": {off: 1 << 40, n: 5000},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data := pattern(tc.off, tc.n)
+			require.NoError(t, e.WriteAt(ctx, ino, data, tc.off))
+			got := make([]byte, tc.n)
+			require.NoError(t, e.ReadAt(ctx, ino, got, tc.off))
+			require.True(t, bytes.Equal(data, got), "read back what was written")
+			// A hole before the write reads as zeros.
+			if tc.off >= 4096 {
+				hole := make([]byte, 64)
+				require.NoError(t, e.ReadAt(ctx, ino+1, hole, tc.off))
+				require.Equal(t, make([]byte, 64), hole)
+			}
+		})
+	}
+}
+
+func TestRegisteredBufferZeroCopy(t *testing.T) {
+	c := dptest.New(t, dptest.Options{})
+	e := c.NewEngine()
+	ctx := testCtx(t)
+	buf, err := e.AllocBuffer(1 << 20)
+	require.NoError(t, err)
+	defer buf.Free()
+	data := pattern(1, 1<<20)
+	copy(buf.Bytes(), data)
+	require.NoError(t, e.WriteAt(ctx, 7, buf.Bytes(), 0))
+	clear(buf.Bytes())
+	require.NoError(t, e.ReadAt(ctx, 7, buf.Bytes()[:1<<19], 1<<19))
+	require.Equal(t, data[1<<19:], buf.Bytes()[:1<<19])
+	require.Zero(t, e.Stats().BytesCopied, "registered memory goes without a copy")
+
+	plain := make([]byte, 4096)
+	require.NoError(t, e.ReadAt(ctx, 7, plain, 0))
+	require.Equal(t, data[:4096], plain)
+	require.Equal(t, uint64(4096), e.Stats().BytesCopied, "plain memory goes through a bounce buffer")
+}
+
+func TestWarmReadIsOneRDMAReadAndNoRPC(t *testing.T) {
+	c := dptest.New(t, dptest.Options{})
+	e := c.NewEngine()
+	ctx := testCtx(t)
+	require.NoError(t, e.WriteAt(ctx, 9, pattern(2, wire.ChunkSize), 0))
+	buf := make([]byte, 4096)
+	require.NoError(t, e.ReadAt(ctx, 9, buf, 0))
+	before := e.Stats()
+	for i := range 100 {
+		require.NoError(t, e.ReadAt(ctx, 9, buf, uint64(i)*4096))
+	}
+	after := e.Stats()
+	require.Equal(t, uint64(100), after.RDMAReads-before.RDMAReads)
+	require.Equal(t, before.TotalRPCs(), after.TotalRPCs())
+}
+
+func TestStriping(t *testing.T) {
+	c := dptest.New(t, dptest.Options{})
+	e := c.NewEngine()
+	ctx := testCtx(t)
+	const ino = 1<<48 | 77
+	data := pattern(3, 64<<20)
+	require.NoError(t, e.WriteAt(ctx, ino, data, 0))
+	got := make([]byte, len(data))
+	require.NoError(t, e.ReadAt(ctx, ino, got, 0))
+	require.True(t, bytes.Equal(data, got))
+	perNode := map[string]uint64{}
+	for _, n := range c.Nodes {
+		perNode[string(n.ID)] = n.Proc().Service.Capacity().Used
+	}
+	t.Logf("bytes per node of a 64 MiB file: %v", perNode)
+	for id, used := range perNode {
+		require.NotZero(t, used, "node %s holds none of the 16 chunks", id)
+	}
+}

@@ -1,0 +1,432 @@
+package dpclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/rdma"
+)
+
+// piece is the part of an I/O inside one chunk.
+type piece struct {
+	chunk uint64
+	off   uint32 // in the chunk
+	p     []byte
+}
+
+// split cuts [off, off+len(p)) at chunk boundaries.
+func split(p []byte, off uint64, out []piece) []piece {
+	for len(p) > 0 {
+		chunk := off / wire.ChunkSize
+		in := uint32(off % wire.ChunkSize)
+		n := min(uint64(len(p)), wire.ChunkSize-uint64(in))
+		out = append(out, piece{chunk: chunk, off: in, p: p[:n]})
+		p = p[n:]
+		off += n
+	}
+	return out
+}
+
+// IOVec is one buffer of a vectored I/O and the file offset it goes to.
+type IOVec struct {
+	Off uint64
+	Buf []byte
+}
+
+// ReadAt fills p with ino's bytes at off; holes read as zeros. The caller
+// keeps the range inside the file's size. Chunks are read in parallel;
+// a read inside one chunk whose extents are cached is one RDMA READ per
+// extent it touches and no RPC. p is read into in place when it lies in a
+// Buffer from AllocBuffer, else through a bounce buffer and one copy.
+func (e *Engine) ReadAt(ctx context.Context, ino uint64, p []byte, off uint64) error {
+	e.stats.reads.Add(1)
+	return e.vector(ctx, ino, []IOVec{{Off: off, Buf: p}}, false)
+}
+
+// WriteAt writes p at off of ino, allocating (zeroed) blocks where the
+// range has none. When it returns the bytes are in the owners' memory,
+// visible to readers, but not durable: Persist makes them so.
+func (e *Engine) WriteAt(ctx context.Context, ino uint64, p []byte, off uint64) error {
+	e.stats.writes.Add(1)
+	return e.vector(ctx, ino, []IOVec{{Off: off, Buf: p}}, true)
+}
+
+// ReadV reads every vector of ino at once: all their chunks' READs are in
+// flight together.
+func (e *Engine) ReadV(ctx context.Context, ino uint64, iov []IOVec) error {
+	e.stats.reads.Add(1)
+	return e.vector(ctx, ino, iov, false)
+}
+
+// WriteV writes every vector of ino at once.
+func (e *Engine) WriteV(ctx context.Context, ino uint64, iov []IOVec) error {
+	e.stats.writes.Add(1)
+	return e.vector(ctx, ino, iov, true)
+}
+
+// Pending is an I/O started by ReadAtAsync or WriteAtAsync.
+type Pending struct {
+	done chan struct{}
+	err  error
+}
+
+// Wait returns the I/O's outcome once it is over.
+func (p *Pending) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Done is closed when the I/O is over.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// ReadAtAsync starts ReadAt and returns at once; p must not be touched
+// until Wait returns.
+func (e *Engine) ReadAtAsync(ctx context.Context, ino uint64, p []byte, off uint64) *Pending {
+	return e.async(func() error { return e.ReadAt(ctx, ino, p, off) })
+}
+
+// WriteAtAsync starts WriteAt and returns at once; p must not be touched
+// until Wait returns.
+func (e *Engine) WriteAtAsync(ctx context.Context, ino uint64, p []byte, off uint64) *Pending {
+	return e.async(func() error { return e.WriteAt(ctx, ino, p, off) })
+}
+
+func (e *Engine) async(f func() error) *Pending {
+	pd := &Pending{done: make(chan struct{})}
+	go func() {
+		pd.err = f()
+		close(pd.done)
+	}()
+	return pd
+}
+
+// vector runs the pieces of every vector, in parallel when there are
+// several, and returns the first error.
+func (e *Engine) vector(ctx context.Context, ino uint64, iov []IOVec, write bool) error {
+	var pieces []piece
+	for _, v := range iov {
+		pieces = split(v.Buf, v.Off, pieces)
+	}
+	if len(pieces) == 1 {
+		return e.pieceIO(ctx, ino, pieces[0], write)
+	}
+	errs := make([]error, len(pieces))
+	var wg sync.WaitGroup
+	for i := range pieces {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.pieceIO(ctx, ino, pieces[i], write)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pieceIO reads or writes one chunk piece, retrying what a new connection,
+// new extents or a new map may cure.
+func (e *Engine) pieceIO(ctx context.Context, ino uint64, pc piece, write bool) error {
+	if len(pc.p) == 0 {
+		return nil
+	}
+	return e.retry(ctx, func() error { return e.tryPiece(ctx, ino, pc, write) })
+}
+
+func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool) error {
+	m, node, err := e.owner(ino, pc.chunk)
+	if err != nil {
+		return err
+	}
+	dc, err := e.conn(ctx, node)
+	if err != nil {
+		return err
+	}
+	lo, hi := pc.off, pc.off+uint32(len(pc.p))
+	exts, err := e.extents(ctx, m, node, dc, ino, pc.chunk, write, lo, hi)
+	if err != nil {
+		return err
+	}
+
+	// Local memory: the caller's own registered buffer, or a bounce
+	// buffer (one copy).
+	var lkey uint32
+	var laddr uint64
+	var bb *bounce
+	if mr := e.bufs.lookup(pc.p); mr != nil {
+		lkey, laddr = mr.LKey(), addrOf(pc.p)
+	} else {
+		if bb, err = e.bounces.get(len(pc.p)); err != nil {
+			return err
+		}
+		defer e.bounces.put(bb)
+		lkey, laddr = bb.mr.LKey(), bb.mr.Addr()
+		if write {
+			copy(bb.buf, pc.p)
+			e.stats.copied.Add(uint64(len(pc.p)))
+		}
+	}
+	opcode := rdma.OpRead
+	if write {
+		opcode = rdma.OpWrite
+	}
+	wrs := make([]rdma.SendWR, 0, 4)
+	sges := make([]rdma.SGE, 0, 4)
+	at := lo
+	for _, x := range exts {
+		if x.End() <= at {
+			continue
+		}
+		if at >= hi {
+			break
+		}
+		if x.Off > at {
+			gap := min(x.Off, hi)
+			if write {
+				// Allocation covered the range; a hole now means a
+				// concurrent trim: ask again.
+				e.dropChunk(ino, pc.chunk)
+				return fmt.Errorf("%w: chunk %d lost blocks while written", errRetry, pc.chunk)
+			}
+			e.zeroLocal(pc, bb, lo, at, gap)
+			at = gap
+			if at >= hi {
+				break
+			}
+		}
+		end := min(x.End(), hi)
+		sges = append(sges, rdma.SGE{Addr: laddr + uint64(at-lo), Length: end - at, LKey: lkey})
+		wrs = append(wrs, rdma.SendWR{Opcode: opcode, RemoteAddr: x.Addr + uint64(at-x.Off), RKey: x.RKey})
+		at = end
+	}
+	if at < hi {
+		if write {
+			e.dropChunk(ino, pc.chunk)
+			return fmt.Errorf("%w: chunk %d lost blocks while written", errRetry, pc.chunk)
+		}
+		e.zeroLocal(pc, bb, lo, at, hi)
+	}
+	for i := range wrs {
+		wrs[i].SGL = sges[i : i+1]
+	}
+	if len(wrs) > 0 {
+		r, err := dc.post(ctx, wrs)
+		if err == nil {
+			err = dc.wait(ctx, r)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			// A remote access error (a stale rkey: the node evicted
+			// us, or restarted) or a broken link: the queue pair is
+			// in error either way. New connection, new extents.
+			dc.fail(fmt.Errorf("%w: %w", errConnLost, err))
+			e.dropChunk(ino, pc.chunk)
+			return fmt.Errorf("%w: %w", errRetry, err)
+		}
+		if write {
+			e.stats.rdmaWrites.Add(uint64(len(wrs)))
+		} else {
+			e.stats.rdmaReads.Add(uint64(len(wrs)))
+		}
+	}
+	if write {
+		e.stats.bytesWritten.Add(uint64(hi - lo))
+		e.noteDirty(ino, ownerKey{node.ID, dc.grant.Incarnation}, pc.chunk, lo, hi)
+	} else {
+		e.stats.bytesRead.Add(uint64(hi - lo))
+		if bb != nil {
+			copy(pc.p, bb.buf[:hi-lo])
+			e.stats.copied.Add(uint64(hi - lo))
+		}
+	}
+	return nil
+}
+
+// zeroLocal zeroes the destination of chunk bytes [from, to) of a read
+// (a hole).
+func (e *Engine) zeroLocal(pc piece, bb *bounce, lo, from, to uint32) {
+	if bb != nil {
+		clear(bb.buf[from-lo : to-lo])
+		return
+	}
+	clear(pc.p[from-lo : to-lo])
+}
+
+// Persist makes every range this client wrote to ino durable in the
+// owners' persistence domains: one persist RPC per owner touched, in
+// parallel. ErrDataLost if an owner restarted since the write.
+func (e *Engine) Persist(ctx context.Context, ino uint64) error {
+	e.stats.persists.Add(1)
+	e.mu.Lock()
+	byOwner := e.dirty[ino]
+	delete(e.dirty, ino)
+	e.mu.Unlock()
+	if len(byOwner) == 0 {
+		return nil
+	}
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for key, chunks := range byOwner {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := e.persistOwner(ctx, ino, key, chunks)
+			if err == nil {
+				return
+			}
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+			if !errors.Is(err, ErrDataLost) {
+				// Keep the ranges for the next Persist.
+				for c, s := range chunks {
+					e.noteDirty(ino, key, c, s.lo, s.hi)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (e *Engine) persistOwner(ctx context.Context, ino uint64, key ownerKey, chunks map[uint64]span) error {
+	ranges := make([]wire.Range, 0, len(chunks))
+	for c, s := range chunks {
+		ranges = append(ranges, wire.Range{Chunk: c, Off: s.lo, Len: s.hi - s.lo})
+	}
+	slices.SortFunc(ranges, func(a, b wire.Range) int { return int(a.Chunk - b.Chunk) })
+	for len(ranges) > 0 {
+		batch := ranges[:min(len(ranges), wire.MaxRanges)]
+		ranges = ranges[len(batch):]
+		err := e.retry(ctx, func() error {
+			m := e.cfg.Map.Current()
+			node, ok := m.Node(key.node)
+			if !ok {
+				return fmt.Errorf("%w: node %s left the map", ErrDataLost, key.node)
+			}
+			_, err := e.call(ctx, node, &wire.Request{Op: wire.OpPersist, Header: e.header(m), Ino: ino, Owner: key.incarnation, Ranges: batch})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Allocate applies a fallocate mode to [off, off+length) of ino on the data
+// side: blocks for the range (default, FALLOC_FL_KEEP_SIZE), holes with
+// zeroed edges (FALLOC_FL_PUNCH_HOLE), zeros with blocks
+// (FALLOC_FL_ZERO_RANGE). The size is the namespace's: the client library
+// updates it when the mode does not keep it.
+func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, length uint64) error {
+	e.stats.allocates.Add(1)
+	if mode&^(wire.FallocKeepSize|wire.FallocPunchHole|wire.FallocZeroRange) != 0 ||
+		(mode&wire.FallocPunchHole != 0 && mode&wire.FallocZeroRange != 0) {
+		return fmt.Errorf("%w: fallocate mode %#x not supported", ErrIO, mode)
+	}
+	for length > 0 {
+		chunk := off / wire.ChunkSize
+		in := off % wire.ChunkSize
+		n := min(length, wire.ChunkSize-in)
+		ln := uint32(n)
+		err := e.retry(ctx, func() error {
+			m, node, err := e.owner(ino, chunk)
+			if err != nil {
+				return err
+			}
+			dc, err := e.conn(ctx, node)
+			if err != nil {
+				return err
+			}
+			_, err = e.fetch(ctx, node, dc, &wire.Request{Op: wire.OpFallocate, Header: e.header(m),
+				Session: dc.grant.Session, Ino: ino, Chunk: chunk, Off: uint32(in), Len: ln, Mode: mode})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		off += n
+		length -= n
+	}
+	return nil
+}
+
+// Trim asks every node to free ino's data at and beyond size and to zero
+// the rest of the block holding size (the namespace's truncate; see
+// dataplane.Service.Trim), and forgets the cached extents of ino.
+func (e *Engine) Trim(ctx context.Context, ino, size uint64) error {
+	e.Forget(ino)
+	return Broadcast(ctx, e.cfg.RPC, e.cfg.Map.Current(), &wire.Request{Op: wire.OpTrim, Header: e.header(e.cfg.Map.Current()), Ino: ino, Size: size}, nil)
+}
+
+// Free asks every node to free all of ino's data.
+func (e *Engine) Free(ctx context.Context, ino uint64) error {
+	e.Forget(ino)
+	return Broadcast(ctx, e.cfg.RPC, e.cfg.Map.Current(), &wire.Request{Op: wire.OpFree, Header: e.header(e.cfg.Map.Current()), Ino: ino}, nil)
+}
+
+// StatFS sums the data capacity of every node.
+func (e *Engine) StatFS(ctx context.Context) (wire.Capacity, error) {
+	m := e.cfg.Map.Current()
+	var mu sync.Mutex
+	var c wire.Capacity
+	err := Broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpStatfs, Header: e.header(m)}, func(r wire.Reply) {
+		mu.Lock()
+		defer mu.Unlock()
+		c.Total += r.Capacity.Total
+		c.Free += r.Capacity.Free
+		c.Used += r.Capacity.Used
+		c.Quarantined += r.Capacity.Quarantined
+	})
+	return c, err
+}
+
+// Broadcast sends req to every node of m that owns partitions (up or
+// down), in parallel, and calls each (if set) with every OK reply. A node
+// that fails makes the broadcast fail; the requests are idempotent, so
+// the caller may simply repeat it. Package metadata uses it for the data
+// side of truncate and of freeing an inode.
+func Broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(wire.Reply)) error {
+	if !m.Initialized() {
+		return fmt.Errorf("%w: no cluster map", ErrIO)
+	}
+	b := req.Encode()
+	var wg sync.WaitGroup
+	errs := make([]error, len(m.Nodes))
+	for i, n := range m.Nodes {
+		if n.State != cluster.StateUp && n.State != cluster.StateDown && n.State != cluster.StateDraining {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := rpc.Call(ctx, n, uint16(req.Op), b)
+			if err != nil {
+				errs[i] = fmt.Errorf("%w: %v at node %s: %w", ErrIO, req.Op, n.ID, err)
+				return
+			}
+			rep, err := wire.DecodeReply(out)
+			if err != nil {
+				errs[i] = fmt.Errorf("%w: %v reply from node %s: %w", ErrIO, req.Op, n.ID, err)
+				return
+			}
+			if rep.Status != wire.StatusOK {
+				errs[i] = fmt.Errorf("%w: %v at node %s: %v: %s", ErrIO, req.Op, n.ID, rep.Status, rep.Message)
+				return
+			}
+			if each != nil {
+				each(rep)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,680 @@
+package dataplane
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/pmem"
+	"github.com/octofs/octofs/pmem/plog"
+)
+
+// More sentinel errors of the chunk service.
+var (
+	// ErrNoSpace is ENOSPC: no data blocks left on the owner.
+	ErrNoSpace = errors.New("dataplane: no space left on the node")
+	// ErrCorrupt means a partition's log does not describe a consistent
+	// state; the partition is refused until repaired.
+	ErrCorrupt = errors.New("dataplane: chunk log inconsistent")
+)
+
+// ServiceConfig configures a node's chunk service.
+type ServiceConfig struct {
+	// Store holds the node's logs; the service uses those of service
+	// wire.ServiceChunks.
+	Store *plog.Store
+	// Export is the node's data export; the service exposes its pools
+	// through it and takes rkeys for replies from it.
+	Export *Export
+	// Map is the cluster map; Self is this node's id in it.
+	Map  cluster.MapSource
+	Self cluster.NodeID
+	// Pin pins a partition to this node (cluster.Node.PinPartition); the
+	// service calls it before it creates the partition's first log.
+	Pin func(ctx context.Context, partition uint32) error
+	// Lease is how long a client may use extents from a reply, counted
+	// from when it sent the request (default DefaultLease).
+	Lease time.Duration
+	// Quarantine is how long a freed block stays unused (default
+	// DefaultQuarantine). It must exceed Lease by the longest time an
+	// RDMA operation may stay in flight.
+	Quarantine time.Duration
+	// Now is the clock (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Defaults of ServiceConfig.
+const (
+	DefaultLease      = 5 * time.Second
+	DefaultQuarantine = 3 * DefaultLease
+)
+
+// maxPoolBlocks bounds one pool (plog allows about 15,000 blocks; 4096
+// blocks of 4 KiB are 16 MiB).
+const maxPoolBlocks = 4096
+
+// Service is the chunk service of one node: for every chunk partition the
+// node owns, the extent maps of its chunks and the pools their blocks come
+// from. State is in DRAM, rebuilt by replaying each partition's log at
+// start; every change is one log append before it is applied.
+type Service struct {
+	cfg    ServiceConfig
+	log    *slog.Logger
+	region *pmem.Region
+	geo    pmem.Geometry
+	bs     uint64 // block size
+	bpc    uint32 // blocks per chunk
+
+	mu    sync.Mutex
+	parts map[uint32]*partition
+	// creating serialises the creation of partitions (Pin, then the log).
+	creating sync.Mutex
+
+	// Test mutations: skipPersist makes persist do nothing, skipZero
+	// leaves fresh blocks as they were.
+	skipPersist, skipZero bool
+}
+
+// partition is one chunk partition's state. mu is held across "append,
+// then apply" and around Rewrite, so a checkpoint sees every appended
+// record applied.
+type partition struct {
+	id  uint32
+	log *plog.Log
+
+	mu     sync.Mutex
+	chunks map[chunkKey]*chunkMap
+	byIno  map[uint64]map[uint64]struct{}
+	pools  []*pool // by ext.Start
+	quar   []quarantine
+	used   uint64 // blocks mapped
+	broken error
+}
+
+type chunkKey struct{ ino, chunk uint64 }
+
+// NewService replays every chunk log in the store and exposes the pools.
+func NewService(cfg ServiceConfig) (*Service, error) {
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Quarantine == 0 {
+		cfg.Quarantine = 3 * cfg.Lease
+	}
+	if cfg.Quarantine <= cfg.Lease {
+		return nil, fmt.Errorf("dataplane: quarantine %v must be longer than the lease %v", cfg.Quarantine, cfg.Lease)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Pin == nil {
+		cfg.Pin = func(context.Context, uint32) error { return nil }
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := cfg.Store.Region()
+	geo := r.Geometry()
+	if wire.ChunkSize%uint64(geo.BlockSize) != 0 {
+		return nil, fmt.Errorf("dataplane: block size %d does not divide the chunk size %d", geo.BlockSize, wire.ChunkSize)
+	}
+	s := &Service{cfg: cfg, log: log, region: r, geo: geo, bs: uint64(geo.BlockSize),
+		bpc: uint32(wire.ChunkSize / uint64(geo.BlockSize)), parts: make(map[uint32]*partition)}
+	for _, id := range cfg.Store.IDs() {
+		if id.Service != wire.ServiceChunks {
+			continue
+		}
+		p, err := s.openPartition(id.Partition)
+		if err != nil {
+			// A damaged partition is refused, the others served.
+			log.Error("chunk partition unusable", "partition", id.Partition, "err", err)
+			p = &partition{id: id.Partition, broken: err}
+		}
+		s.parts[id.Partition] = p
+	}
+	return s, nil
+}
+
+// openPartition opens partition id's log and replays it.
+func (s *Service) openPartition(id uint32) (*partition, error) {
+	l, err := s.cfg.Store.Log(plog.LogID{Service: wire.ServiceChunks, Partition: id})
+	if err != nil {
+		return nil, err
+	}
+	p := &partition{id: id, log: l, chunks: make(map[chunkKey]*chunkMap), byIno: make(map[uint64]map[uint64]struct{})}
+	for _, ext := range l.Pools() {
+		p.pools = append(p.pools, newPool(ext))
+	}
+	err = l.Replay(func(b []byte) error {
+		rec, err := wire.DecodeRecord(b, s.bpc)
+		if err != nil {
+			return fmt.Errorf("%w: partition %d: %w", ErrCorrupt, id, err)
+		}
+		return s.apply(p, rec, true)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, pl := range p.pools {
+		if err := s.cfg.Export.Expose(s.span(pl.ext)); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+func (s *Service) span(e pmem.Extent) Span {
+	return Span{Off: s.region.ExtentOffset(e), Len: e.Count * s.bs}
+}
+
+// poolOf returns the pool holding block, or nil.
+func (p *partition) poolOf(block uint64) *pool {
+	i, found := slices.BinarySearchFunc(p.pools, block, func(pl *pool, b uint64) int { return cmp.Compare(pl.ext.Start, b) })
+	if !found {
+		i--
+	}
+	if i < 0 || i >= len(p.pools) || !p.pools[i].contains(block) {
+		return nil
+	}
+	return p.pools[i]
+}
+
+// apply applies one record to the partition's DRAM state. At replay it
+// checks what a live append guarantees: mapped blocks are free blocks of
+// the partition's pools, and runs land in holes.
+func (s *Service) apply(p *partition, rec wire.Record, replay bool) error {
+	key := chunkKey{rec.Ino, rec.Chunk}
+	switch rec.Kind {
+	case wire.RecordMap:
+		for _, r := range rec.Runs {
+			for b := r.Block; b < r.Block+uint64(r.Count); {
+				pl := p.poolOf(b)
+				if pl == nil {
+					return fmt.Errorf("%w: partition %d: inode %d chunk %d maps block %d outside its pools", ErrCorrupt, p.id, rec.Ino, rec.Chunk, b)
+				}
+				n := min(r.Block+uint64(r.Count), pl.ext.End()) - b
+				if replay {
+					for i := b; i < b+n; i++ {
+						if !pl.isFree(i) {
+							return fmt.Errorf("%w: partition %d: block %d mapped twice", ErrCorrupt, p.id, i)
+						}
+					}
+					pl.take(b, n)
+				}
+				b += n
+			}
+		}
+		m := p.chunks[key]
+		if m == nil {
+			m = &chunkMap{}
+			p.chunks[key] = m
+			if p.byIno[rec.Ino] == nil {
+				p.byIno[rec.Ino] = make(map[uint64]struct{})
+			}
+			p.byIno[rec.Ino][rec.Chunk] = struct{}{}
+		}
+		if !m.insert(rec.Runs) {
+			return fmt.Errorf("%w: partition %d: inode %d chunk %d mapped over mapped blocks", ErrCorrupt, p.id, rec.Ino, rec.Chunk)
+		}
+		for _, r := range rec.Runs {
+			p.used += uint64(r.Count)
+		}
+	case wire.RecordUnmap:
+		m := p.chunks[key]
+		if m == nil {
+			return nil
+		}
+		freed := m.remove(rec.First, rec.First+rec.Count)
+		now := s.cfg.Now()
+		for _, r := range freed {
+			p.used -= uint64(r.Count)
+			if replay {
+				// A restarted node has no client holding a lease
+				// on its blocks: every data session, and so every
+				// rkey, died with the previous process.
+				s.release(p, pmem.Extent{Start: r.Block, Count: uint64(r.Count)})
+				continue
+			}
+			p.quar = append(p.quar, quarantine{ext: pmem.Extent{Start: r.Block, Count: uint64(r.Count)}, until: now.Add(s.cfg.Quarantine)})
+			s.forEachPoolPiece(p, pmem.Extent{Start: r.Block, Count: uint64(r.Count)}, func(pl *pool, b, n uint64) { pl.quarantined += n })
+		}
+		if len(m.runs) == 0 {
+			delete(p.chunks, key)
+			delete(p.byIno[rec.Ino], rec.Chunk)
+			if len(p.byIno[rec.Ino]) == 0 {
+				delete(p.byIno, rec.Ino)
+			}
+		}
+	}
+	return nil
+}
+
+// forEachPoolPiece calls fn for each piece of ext inside one pool.
+func (s *Service) forEachPoolPiece(p *partition, ext pmem.Extent, fn func(pl *pool, b, n uint64)) {
+	for b := ext.Start; b < ext.End(); {
+		pl := p.poolOf(b)
+		if pl == nil {
+			// Impossible once apply checked the record.
+			panic(fmt.Sprintf("dataplane: partition %d: block %d outside its pools", p.id, b))
+		}
+		n := min(ext.End(), pl.ext.End()) - b
+		fn(pl, b, n)
+		b += n
+	}
+}
+
+// release returns ext's blocks to their pools' free sets.
+func (s *Service) release(p *partition, ext pmem.Extent) {
+	s.forEachPoolPiece(p, ext, func(pl *pool, b, n uint64) { pl.give(b, n) })
+}
+
+// expire releases the quarantined extents whose time has come.
+func (s *Service) expire(p *partition) {
+	now := s.cfg.Now()
+	i := 0
+	for ; i < len(p.quar) && !now.Before(p.quar[i].until); i++ {
+		q := p.quar[i]
+		s.forEachPoolPiece(p, q.ext, func(pl *pool, b, n uint64) {
+			pl.give(b, n)
+			pl.quarantined -= n
+		})
+	}
+	p.quar = slices.Delete(p.quar, 0, i)
+}
+
+// owns reports whether this node owns partition pid, waiting a little for
+// the map when the caller routed by a newer one.
+func (s *Service) owns(ctx context.Context, pid uint32, epoch uint64) (bool, uint64) {
+	m := s.cfg.Map.Current()
+	if !m.Initialized() || pid >= m.NumPartitions() {
+		return false, m.Epoch
+	}
+	if m.Partitions[pid] == s.cfg.Self {
+		return true, m.Epoch
+	}
+	if epoch > m.Epoch {
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		for m.Epoch < epoch && wctx.Err() == nil {
+			m, _ = s.cfg.Map.Watch(wctx, m.Epoch)
+		}
+		if pid < m.NumPartitions() && m.Partitions[pid] == s.cfg.Self {
+			return true, m.Epoch
+		}
+	}
+	return false, m.Epoch
+}
+
+// partitionFor returns partition pid's state, creating its log (after
+// pinning it) when create is set; nil if it has none and create is not.
+func (s *Service) partitionFor(ctx context.Context, pid uint32, create bool) (*partition, error) {
+	s.mu.Lock()
+	p := s.parts[pid]
+	s.mu.Unlock()
+	if p != nil || !create {
+		if p != nil && p.broken != nil {
+			return nil, p.broken
+		}
+		return p, nil
+	}
+	s.creating.Lock()
+	defer s.creating.Unlock()
+	s.mu.Lock()
+	p = s.parts[pid]
+	s.mu.Unlock()
+	if p != nil {
+		return p, p.broken
+	}
+	if err := s.cfg.Pin(ctx, pid); err != nil {
+		return nil, fmt.Errorf("dataplane: pin partition %d: %w", pid, err)
+	}
+	p, err := s.openPartition(pid)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.parts[pid] = p
+	s.mu.Unlock()
+	return p, nil
+}
+
+// partitions returns the partitions loaded, in id order.
+func (s *Service) partitions() []*partition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := make([]*partition, 0, len(s.parts))
+	for _, p := range s.parts {
+		ps = append(ps, p)
+	}
+	slices.SortFunc(ps, func(a, b *partition) int { return cmp.Compare(a.id, b.id) })
+	return ps
+}
+
+// append makes recs durable in p's log and applies them; p.mu is held.
+func (s *Service) append(p *partition, recs ...wire.Record) error {
+	bufs := make([][]byte, len(recs))
+	for i := range recs {
+		bufs[i] = recs[i].Encode()
+	}
+	if err := p.log.Append(bufs...); err != nil {
+		return fmt.Errorf("dataplane: partition %d: log append: %w", p.id, err)
+	}
+	for _, rec := range recs {
+		if err := s.apply(p, rec, false); err != nil {
+			// The record is durable but the DRAM state refuses it:
+			// stop serving the partition rather than diverge.
+			p.broken = err
+			return err
+		}
+	}
+	s.maybeCheckpoint(p)
+	return nil
+}
+
+// checkpointMin is the log size below which a partition's log is never
+// rewritten.
+const checkpointMin = 1 << 20
+
+// maybeCheckpoint rewrites p's log as one map record per chunk when it has
+// grown to several times that; p.mu is held.
+func (s *Service) maybeCheckpoint(p *partition) {
+	st := p.log.Stats()
+	live := uint64(0)
+	for _, m := range p.chunks {
+		live += 32 + 16*uint64(len(m.runs))
+	}
+	if st.Bytes < checkpointMin || st.Bytes < 4*live {
+		return
+	}
+	if err := s.checkpoint(p); err != nil {
+		s.log.Warn("chunk log checkpoint failed; the log keeps growing", "partition", p.id, "err", err)
+	}
+}
+
+// checkpoint rewrites p's log from its DRAM state; p.mu is held.
+func (s *Service) checkpoint(p *partition) error {
+	keys := make([]chunkKey, 0, len(p.chunks))
+	for k := range p.chunks {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b chunkKey) int {
+		return cmp.Or(cmp.Compare(a.ino, b.ino), cmp.Compare(a.chunk, b.chunk))
+	})
+	return p.log.Rewrite(func(emit func([]byte) error) error {
+		for _, k := range keys {
+			rec := wire.Record{Kind: wire.RecordMap, Ino: k.ino, Chunk: k.chunk, Runs: p.chunks[k].runs}
+			if err := emit(rec.Encode()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Checkpoint rewrites every partition's log from its state now.
+func (s *Service) Checkpoint() error {
+	var errs []error
+	for _, p := range s.partitions() {
+		if p.broken != nil {
+			continue
+		}
+		p.mu.Lock()
+		errs = append(errs, s.checkpoint(p))
+		p.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// allocBlocks takes n blocks for p, growing its pools when they lack
+// room; p.mu is held. On ENOSPC nothing is taken.
+func (s *Service) allocBlocks(p *partition, n uint64) ([]pmem.Extent, error) {
+	s.expire(p)
+	var have uint64
+	for _, pl := range p.pools {
+		have += pl.nfree
+	}
+	for have < n {
+		got, err := s.growPool(p, n-have)
+		if err != nil {
+			return nil, err
+		}
+		have += got
+	}
+	var out []pmem.Extent
+	for _, pl := range p.pools {
+		if n == 0 {
+			break
+		}
+		exts := pl.alloc(min(n, pl.nfree))
+		for _, e := range exts {
+			n -= e.Count
+		}
+		out = append(out, exts...)
+	}
+	return out, nil
+}
+
+// growPool adds a pool of at least need blocks where the region allows,
+// else as large as it allows, and returns its size. Sizes double with the
+// partition's pooled blocks, between one chunk and maxPoolBlocks, so small
+// regions are not filled by a few partitions' first pools.
+func (s *Service) growPool(p *partition, need uint64) (uint64, error) {
+	var pooled uint64
+	for _, pl := range p.pools {
+		pooled += pl.ext.Count
+	}
+	want := max(need, min(max(pooled, uint64(s.bpc)), maxPoolBlocks))
+	st := s.region.Stats()
+	if free := st.Blocks - st.BlocksUsed; want > free/4 {
+		want = max(need, free/4)
+	}
+	want = min(want, maxPoolBlocks)
+	for size := want; size > 0; size /= 2 {
+		ext, err := p.log.AllocPool(size)
+		if err != nil {
+			if errors.Is(err, plog.ErrNoSpace) || errors.Is(err, pmem.ErrNoSpace) || errors.Is(err, plog.ErrTooLarge) {
+				continue
+			}
+			return 0, fmt.Errorf("dataplane: partition %d: new pool: %w", p.id, err)
+		}
+		if err := s.cfg.Export.Expose(s.span(ext)); err != nil {
+			return 0, err
+		}
+		pl := newPool(ext)
+		i, _ := slices.BinarySearchFunc(p.pools, ext.Start, func(pl *pool, b uint64) int { return cmp.Compare(pl.ext.Start, b) })
+		p.pools = slices.Insert(p.pools, i, pl)
+		return ext.Count, nil
+	}
+	return 0, fmt.Errorf("%w: partition %d needs %d more blocks", ErrNoSpace, p.id, need)
+}
+
+// Sweep ends quarantines that are over and frees pools that hold no block
+// (withdrawing them from the export first), so that partitions do not keep
+// space others need. The node calls it periodically; allocation also
+// sweeps its own partition's quarantine.
+func (s *Service) Sweep() {
+	for _, p := range s.partitions() {
+		if p.broken != nil {
+			continue
+		}
+		p.mu.Lock()
+		s.expire(p)
+		keep := p.pools[:0]
+		for _, pl := range p.pools {
+			if pl.nfree == pl.ext.Count && pl.quarantined == 0 {
+				s.cfg.Export.Withdraw(s.span(pl.ext).Off)
+				if err := p.log.FreePool(pl.ext); err != nil {
+					s.log.Warn("freeing an empty pool failed", "partition", p.id, "pool", pl.ext, "err", err)
+					s.cfg.Export.Expose(s.span(pl.ext))
+					keep = append(keep, pl)
+				}
+				continue
+			}
+			keep = append(keep, pl)
+		}
+		clear(p.pools[len(keep):])
+		p.pools = keep
+		p.mu.Unlock()
+	}
+}
+
+// zero writes zeros over region bytes [off, off+n) and persists them.
+func (s *Service) zero(off, n uint64) error {
+	if n == 0 || s.skipZero {
+		return nil
+	}
+	clear(s.region.Bytes()[off : off+n])
+	return s.region.Persist(off, n)
+}
+
+// blockOff is the region offset of data block b.
+func (s *Service) blockOff(b uint64) uint64 {
+	return s.region.ExtentOffset(pmem.Extent{Start: b, Count: 1})
+}
+
+// ensure maps every hole among blocks [first, end) of a chunk with fresh,
+// zeroed blocks in one log append; p.mu is held.
+func (s *Service) ensure(p *partition, ino, chunk uint64, first, end uint32) error {
+	key := chunkKey{ino, chunk}
+	m := p.chunks[key]
+	if m == nil {
+		m = &chunkMap{}
+	}
+	holes := m.holes(first, end)
+	if len(holes) == 0 {
+		return nil
+	}
+	var need uint64
+	for _, h := range holes {
+		need += uint64(h.Count)
+	}
+	exts, err := s.allocBlocks(p, need)
+	if err != nil {
+		return err
+	}
+	// Pair holes with the fresh extents, zeroing each piece before the
+	// record that maps it can exist: no stale byte of a block's previous
+	// owner ever becomes readable, before a crash or after.
+	var runs []wire.Run
+	ei, used := 0, uint64(0)
+	for _, h := range holes {
+		first, left := h.First, uint64(h.Count)
+		for left > 0 {
+			e := exts[ei]
+			n := min(left, e.Count-used)
+			runs = append(runs, wire.Run{First: first, Count: uint32(n), Block: e.Start + used})
+			first += uint32(n)
+			left -= n
+			used += n
+			if used == e.Count {
+				ei, used = ei+1, 0
+			}
+		}
+	}
+	for _, r := range runs {
+		if err := s.zero(s.blockOff(r.Block), uint64(r.Count)*s.bs); err != nil {
+			for _, e := range exts {
+				s.release(p, e)
+			}
+			return fmt.Errorf("dataplane: zero fresh blocks: %w", err)
+		}
+	}
+	if err := s.append(p, wire.Record{Kind: wire.RecordMap, Ino: ino, Chunk: chunk, Runs: runs}); err != nil {
+		if p.broken == nil {
+			for _, e := range exts {
+				s.release(p, e)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// extents builds a chunk's extents for data session sid; p.mu is held.
+// Runs are split where pools end, since each pool is its own memory
+// region.
+func (s *Service) extents(p *partition, ino, chunk, sid uint64) ([]wire.Extent, error) {
+	m := p.chunks[chunkKey{ino, chunk}]
+	if m == nil {
+		return nil, nil
+	}
+	out := make([]wire.Extent, 0, len(m.runs))
+	for _, r := range m.runs {
+		var err error
+		s.forEachPoolPiece(p, pmem.Extent{Start: r.Block, Count: uint64(r.Count)}, func(pl *pool, b, n uint64) {
+			if err != nil {
+				return
+			}
+			span := s.span(pl.ext)
+			var key RemoteKey
+			key, err = s.cfg.Export.RemoteKey(sid, span.Off)
+			if err != nil {
+				return
+			}
+			first := r.First + uint32(b-r.Block)
+			out = append(out, wire.Extent{
+				Off:  first * uint32(s.bs),
+				Len:  uint32(n * s.bs),
+				Addr: key.Addr + (s.blockOff(b) - span.Off),
+				RKey: key.RKey,
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// trimChunk frees chunk key's blocks at and after byte from (relative to
+// the chunk) and zeroes the rest of the block holding from; p.mu is held.
+// It returns the unmap record to append, if any.
+func (s *Service) trimChunk(p *partition, key chunkKey, from uint64) (*wire.Record, error) {
+	m := p.chunks[key]
+	if m == nil {
+		return nil, nil
+	}
+	firstFree := uint32((from + s.bs - 1) / s.bs)
+	if from%s.bs != 0 {
+		// Zero the tail of the partial block, so bytes past the new size
+		// read as zeros if the file grows again.
+		if runs := m.overlapping(uint32(from/s.bs), uint32(from/s.bs)+1); len(runs) == 1 {
+			off := s.blockOff(runs[0].Block) + from%s.bs
+			if err := s.zero(off, s.bs-from%s.bs); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(m.overlapping(firstFree, s.bpc)) == 0 {
+		return nil, nil
+	}
+	return &wire.Record{Kind: wire.RecordUnmap, Ino: key.ino, Chunk: key.chunk, First: firstFree, Count: s.bpc - firstFree}, nil
+}
+
+// Capacity reports the node's data capacity.
+func (s *Service) Capacity() wire.Capacity {
+	st := s.region.Stats()
+	c := wire.Capacity{Total: st.Blocks * s.bs, Free: (st.Blocks - st.BlocksUsed) * s.bs}
+	for _, p := range s.partitions() {
+		if p.broken != nil {
+			continue
+		}
+		p.mu.Lock()
+		for _, pl := range p.pools {
+			c.Free += (pl.nfree) * s.bs
+			c.Quarantined += pl.quarantined * s.bs
+		}
+		c.Used += p.used * s.bs
+		p.mu.Unlock()
+	}
+	return c
+}
