@@ -1,6 +1,47 @@
-// Package fuse adapts the octofs client to a FUSE mount with go-fuse v2. It
-// is a thin layer: file system logic lives in metadata and dataplane, and
-// errors are mapped to errno in one place here.
+// Package fuse mounts an octofs cluster with go-fuse v2's node API. It is
+// a thin adapter: every operation becomes one call of the client library
+// (package client) with the calling process's credentials, and every error
+// becomes an errno in one place (errno.go). No file system logic lives
+// here: permissions are checked by the servers, consistency and caching
+// rules are the client library's.
 //
-// Nothing is implemented here yet (see docs/architecture.md for the plan).
+// # Credentials
+//
+// FUSE tells the file system the caller's uid, gid and pid, not its
+// supplementary groups; the adapter reads them from /proc/<pid>/status
+// (cached for a second per pid, uid and gid), so group permissions work for
+// every local user of a mount that root made with allow_other. A mount by
+// an unprivileged user serves that user only.
+//
+// # Inode numbers and handles
+//
+// The FUSE node id is the octofs inode number (go-fuse's ExternalNodeID),
+// with the generation in the handle, so a node id the kernel holds names
+// the same inode forever. Every open is a client.File; directory handles
+// list by cookie, so telldir/seekdir work across calls and a directory that
+// changes during a listing never repeats or skips an untouched entry.
+//
+// # Locks
+//
+// fcntl and flock locks are cluster-wide (the inode's owner keeps them).
+// go-fuse's node API does not pass the lock owner of FLUSH, which the kernel
+// sends at every close(2) so that the process's POSIX locks on the file are
+// released; the adapter wraps the raw file system to do that itself.
+//
+// # Caches and timeouts
+//
+// The kernel caches entries and attributes for Options.EntryTimeout and
+// AttrTimeout (default 1s) and negative lookups not at all, and file pages
+// only while a file stays open in this mount (no FOPEN_KEEP_CACHE): an open
+// always sees what other mounts closed before it (close-to-open). The
+// writeback cache is off, so every write reaches the client library at once
+// and size and mtime are committed on close and fsync.
+//
+// # Deadlocks
+//
+// Nothing in the adapter holds a lock across a call into the client
+// library, and the client library never calls back into the kernel, so a
+// FUSE request can only wait on the cluster, and every cluster call has the
+// client's timeout: a lost cluster gives ETIMEDOUT or EIO, never a hung
+// mount.
 package fuse

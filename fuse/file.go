@@ -1,0 +1,175 @@
+package fuse
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/octofs/octofs/client"
+)
+
+// handle is an open regular file: a client.File, plus the lock owners the
+// kernel used through it.
+type handle struct {
+	fsys *FS
+	ino  uint64
+	f    *client.File
+
+	mu          sync.Mutex
+	posixOwners map[uint64]struct{} // POSIX lock owners that locked through this handle
+	flockOwner  uint64              // the flock owner (the open file description), 0 if none
+}
+
+var (
+	_ fs.FileReader    = (*handle)(nil)
+	_ fs.FileWriter    = (*handle)(nil)
+	_ fs.FileFlusher   = (*handle)(nil)
+	_ fs.FileFsyncer   = (*handle)(nil)
+	_ fs.FileReleaser  = (*handle)(nil)
+	_ fs.FileGetattrer = (*handle)(nil)
+	_ fs.FileAllocater = (*handle)(nil)
+	_ fs.FileGetlker   = (*handle)(nil)
+	_ fs.FileSetlker   = (*handle)(nil)
+	_ fs.FileSetlkwer  = (*handle)(nil)
+	_ fs.FileLseeker   = (*handle)(nil)
+)
+
+func newHandle(fsys *FS, ino uint64, f *client.File) *handle {
+	return &handle{fsys: fsys, ino: ino, f: f}
+}
+
+func (h *handle) fail(op string, err error) syscall.Errno { return errno(h.fsys.log, op, err) }
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := h.f.ReadAt(ctx, dest, off)
+	if err != nil {
+		return nil, h.fail("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, err := h.f.WriteAt(ctx, data, off)
+	if err != nil {
+		return uint32(n), h.fail("write", err)
+	}
+	return uint32(n), 0
+}
+
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	return h.fail("flush", h.f.Flush(ctx))
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return h.fail("fsync", h.f.Sync(ctx))
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	h.fsys.forgetLocker(h)
+	h.mu.Lock()
+	flock := h.flockOwner
+	h.mu.Unlock()
+	if flock != 0 {
+		// A flock lock belongs to the open file description, and this is
+		// its end.
+		h.f.SetLk(ctx, client.Lock{Kind: client.LockFlock, Type: client.LockUnlock, Owner: flock}, false)
+	}
+	// The kernel ignores Release's result; Flush already reported errors.
+	h.f.Close(ctx)
+	return 0
+}
+
+func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	a, err := h.f.Attr(ctx)
+	if err != nil {
+		return h.fail("fgetattr", err)
+	}
+	fillAttr(&a, &out.Attr)
+	out.SetTimeout(h.fsys.o.AttrTimeout)
+	return 0
+}
+
+func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	return h.fail("fallocate", h.f.Allocate(ctx, mode, off, size))
+}
+
+// fuseLockEnd is FUSE's "to the end of the file" (OFFSET_MAX).
+const fuseLockEnd = 1<<63 - 1
+
+func toLock(owner uint64, lk *fuse.FileLock, flags uint32) client.Lock {
+	l := client.Lock{Kind: client.LockPOSIX, Type: int16(lk.Typ), Owner: owner, Start: lk.Start, End: lk.End, PID: lk.Pid}
+	if l.End >= fuseLockEnd {
+		l.End = client.LockEOF
+	}
+	if flags&fuse.FUSE_LK_FLOCK != 0 {
+		l.Kind = client.LockFlock
+	}
+	return l
+}
+
+func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	got, err := h.f.GetLk(ctx, toLock(owner, lk, flags))
+	if err != nil {
+		return h.fail("getlk", err)
+	}
+	out.Typ = uint32(got.Type)
+	out.Start, out.End, out.Pid = got.Start, got.End, got.PID
+	if got.End == client.LockEOF {
+		out.End = fuseLockEnd
+	}
+	if got.Type == client.LockUnlock {
+		out.Start, out.End, out.Pid = lk.Start, lk.End, 0
+	}
+	return 0
+}
+
+func (h *handle) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	l := toLock(owner, lk, flags)
+	if l.Type != client.LockUnlock {
+		if l.Kind == client.LockFlock {
+			h.mu.Lock()
+			h.flockOwner = owner
+			h.mu.Unlock()
+		} else {
+			h.fsys.noteLocker(h, owner)
+		}
+	}
+	return h.fail("setlk", h.f.SetLk(ctx, l, wait))
+}
+
+func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.setlk(ctx, owner, lk, flags, false)
+}
+
+func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return h.setlk(ctx, owner, lk, flags, true)
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel does the others): the
+// whole file is data and the only hole is at its end, which is what Linux
+// file systems without hole tracking answer.
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	a, err := h.f.Attr(ctx)
+	if err != nil {
+		return 0, h.fail("lseek", err)
+	}
+	if off >= a.Size {
+		return 0, syscall.ENXIO
+	}
+	switch whence {
+	case unixSeekData:
+		return off, 0
+	case unixSeekHole:
+		return a.Size, 0
+	}
+	return 0, syscall.EINVAL
+}
+
+// lseek whence values for holes (unistd.h).
+const (
+	unixSeekData = 3
+	unixSeekHole = 4
+)

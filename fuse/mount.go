@@ -1,0 +1,228 @@
+package fuse
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/octofs/octofs/client"
+	"github.com/octofs/octofs/cluster"
+)
+
+// Options shape a mount. Zero fields take the defaults below.
+type Options struct {
+	// EntryTimeout and AttrTimeout are how long the kernel may trust a
+	// name lookup and an inode's attributes (default 1s). Longer is
+	// faster for metadata-heavy work and slower to see other mounts'
+	// changes; 0 is "always ask" (use NoCache).
+	EntryTimeout time.Duration
+	AttrTimeout  time.Duration
+	// NegativeTimeout is how long a failed lookup may be remembered
+	// (default 0: a file another mount creates is seen at once).
+	NegativeTimeout time.Duration
+	// NoCache asks the cluster for every lookup and getattr.
+	NoCache bool
+	// MaxWrite is the largest write the kernel sends (default and most
+	// 1 MiB). MaxReadAhead is the kernel's read-ahead (default 1 MiB).
+	MaxWrite     int
+	MaxReadAhead int
+	// AllowOther lets every local user use the mount (default: when
+	// mounting as root). Permissions are checked by the cluster with each
+	// caller's credentials either way.
+	AllowOther *bool
+	// FSName is the source shown in /proc/mounts (default "octofs").
+	FSName string
+	// Debug logs every FUSE request.
+	Debug bool
+	// Logger receives the adapter's warnings (default: discard).
+	Logger *slog.Logger
+	// CredTTL is how long a caller's supplementary groups are cached
+	// (default 1s).
+	CredTTL time.Duration
+}
+
+// Defaults.
+const (
+	DefaultTimeout  = time.Second
+	DefaultMaxWrite = 1 << 20
+)
+
+func (o Options) withDefaults() Options {
+	if o.EntryTimeout == 0 && !o.NoCache {
+		o.EntryTimeout = DefaultTimeout
+	}
+	if o.AttrTimeout == 0 && !o.NoCache {
+		o.AttrTimeout = DefaultTimeout
+	}
+	if o.NoCache {
+		o.EntryTimeout, o.AttrTimeout, o.NegativeTimeout = 0, 0, 0
+	}
+	if o.MaxWrite <= 0 || o.MaxWrite > DefaultMaxWrite {
+		o.MaxWrite = DefaultMaxWrite
+	}
+	if o.MaxReadAhead <= 0 {
+		o.MaxReadAhead = DefaultMaxWrite
+	}
+	if o.AllowOther == nil {
+		root := os.Geteuid() == 0
+		o.AllowOther = &root
+	}
+	if o.FSName == "" {
+		o.FSName = "octofs"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CredTTL == 0 {
+		o.CredTTL = time.Second
+	}
+	return o
+}
+
+// FS is a mounted octofs: the client library and the adapter's state.
+type FS struct {
+	c     *client.Client
+	o     Options
+	log   *slog.Logger
+	creds *credCache
+
+	// handles tracks the open files of each inode that took POSIX locks,
+	// so that FLUSH can release a lock owner's locks (see rawFS).
+	lockMu  sync.Mutex
+	lockers map[uint64]map[*handle]struct{}
+}
+
+// Server is a live mount.
+type Server struct {
+	*fuse.Server
+	FS  *FS
+	dir string
+}
+
+// Mount mounts the cluster c reaches at dir and serves it until Unmount
+// (or until the mount is unmounted from outside, e.g. fusermount3 -u).
+// The caller keeps c open for the mount's life and closes it afterwards.
+func Mount(dir string, c *client.Client, o Options) (*Server, error) {
+	o = o.withDefaults()
+	fsys := &FS{c: c, o: o, log: o.Logger, creds: newCredCache("/proc", o.CredTTL, time.Now),
+		lockers: make(map[uint64]map[*handle]struct{})}
+	root := &node{fsys: fsys}
+	entry, attr, neg := o.EntryTimeout, o.AttrTimeout, o.NegativeTimeout
+	fo := &fs.Options{
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &neg,
+		NullPermissions: true,
+		ExternalNodeID:  true,
+		RootStableAttr:  &fs.StableAttr{Ino: cluster.RootInode, Gen: 0},
+		MountOptions: fuse.MountOptions{
+			AllowOther:           *o.AllowOther,
+			FsName:               o.FSName,
+			Name:                 "octofs",
+			MaxWrite:             o.MaxWrite,
+			MaxReadAhead:         o.MaxReadAhead,
+			EnableLocks:          true,
+			DisableReadDirPlus:   true,
+			IgnoreSecurityLabels: true,
+			DirectMount:          os.Geteuid() == 0,
+			Debug:                o.Debug,
+		},
+	}
+	raw := &rawFS{RawFileSystem: fs.NewNodeFS(root, fo), fsys: fsys}
+	srv, err := fuse.NewServer(raw, dir, &fo.MountOptions)
+	if err != nil {
+		return nil, fmt.Errorf("fuse: mount %s: %w", dir, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		return nil, fmt.Errorf("fuse: mount %s: %w", dir, err)
+	}
+	return &Server{Server: srv, FS: fsys, dir: dir}, nil
+}
+
+// Dir is the mount point.
+func (s *Server) Dir() string { return s.dir }
+
+// rawFS wraps the node file system to release POSIX locks on FLUSH: the
+// kernel sends FLUSH with the closing process's lock owner at every
+// close(2), and POSIX says closing any descriptor of a file releases the
+// process's locks on it. go-fuse's node API drops the owner, so it is
+// handled here, where the node id is the inode number (ExternalNodeID).
+type rawFS struct {
+	fuse.RawFileSystem
+	fsys *FS
+}
+
+func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	st := r.RawFileSystem.Flush(cancel, in)
+	if in.LockOwner != 0 {
+		ctx := &fuse.Context{Caller: in.Caller, Cancel: cancel}
+		if e := r.fsys.releasePOSIX(ctx, in.NodeId, in.LockOwner); e != 0 && st == fuse.OK {
+			st = fuse.Status(e)
+		}
+	}
+	return st
+}
+
+// noteLocker records that h took POSIX locks for owner.
+func (fsys *FS) noteLocker(h *handle, owner uint64) {
+	h.mu.Lock()
+	if h.posixOwners == nil {
+		h.posixOwners = make(map[uint64]struct{})
+	}
+	h.posixOwners[owner] = struct{}{}
+	h.mu.Unlock()
+	fsys.lockMu.Lock()
+	defer fsys.lockMu.Unlock()
+	hs := fsys.lockers[h.ino]
+	if hs == nil {
+		hs = make(map[*handle]struct{})
+		fsys.lockers[h.ino] = hs
+	}
+	hs[h] = struct{}{}
+}
+
+// forgetLocker drops h from the lock bookkeeping (it is being released).
+func (fsys *FS) forgetLocker(h *handle) {
+	fsys.lockMu.Lock()
+	defer fsys.lockMu.Unlock()
+	if hs := fsys.lockers[h.ino]; hs != nil {
+		delete(hs, h)
+		if len(hs) == 0 {
+			delete(fsys.lockers, h.ino)
+		}
+	}
+}
+
+// releasePOSIX releases every POSIX lock owner holds on inode ino, if any
+// open file of the inode took one.
+func (fsys *FS) releasePOSIX(ctx context.Context, ino, owner uint64) syscall.Errno {
+	fsys.lockMu.Lock()
+	var via *handle
+	for h := range fsys.lockers[ino] {
+		h.mu.Lock()
+		_, ok := h.posixOwners[owner]
+		delete(h.posixOwners, owner)
+		h.mu.Unlock()
+		if ok && via == nil {
+			via = h
+		}
+	}
+	fsys.lockMu.Unlock()
+	if via == nil {
+		return 0
+	}
+	err := via.f.SetLk(ctx, client.Lock{Kind: client.LockPOSIX, Type: client.LockUnlock, Owner: owner, Start: 0, End: client.LockEOF}, false)
+	if err == syscall.EBADF {
+		return 0 // the file was closed meanwhile: its locks went with it
+	}
+	return errno(fsys.log, "flush-unlock", err)
+}

@@ -1,0 +1,339 @@
+package fuse
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/octofs/octofs/client"
+)
+
+// node is one inode of the mount. It holds nothing but its place in
+// go-fuse's tree: the inode number is its StableAttr.Ino, and everything
+// else is asked of the cluster.
+type node struct {
+	fs.Inode
+	fsys *FS
+}
+
+// The operations node implements; a missing one would silently fall back
+// to go-fuse's default.
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeAccesser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+)
+
+func (n *node) ino() uint64 { return n.StableAttr().Ino }
+
+func (n *node) cred(ctx context.Context) client.Cred { return n.fsys.creds.cred(ctx) }
+
+func (n *node) fail(op string, err error) syscall.Errno { return errno(n.fsys.log, op, err) }
+
+// fillAttr converts the client's attributes to FUSE's.
+func fillAttr(a *client.Attr, out *fuse.Attr) {
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.Rdev = uint32(a.Rdev)
+	out.Blksize = a.Blksize
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+}
+
+// entry fills out and returns the go-fuse inode for a (found or made by
+// this directory).
+func (n *node) entry(ctx context.Context, a *client.Attr, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(a, &out.Attr)
+	out.SetEntryTimeout(n.fsys.o.EntryTimeout)
+	out.SetAttrTimeout(n.fsys.o.AttrTimeout)
+	out.Generation = a.Gen
+	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino, Gen: a.Gen})
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Lookup(ctx, n.cred(ctx), n.ino(), name)
+	if err != nil {
+		if err == syscall.ENOENT {
+			out.SetEntryTimeout(n.fsys.o.NegativeTimeout)
+		}
+		return nil, n.fail("lookup", err)
+	}
+	return n.entry(ctx, &a, out), 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var a client.Attr
+	var err error
+	if h, ok := f.(*handle); ok {
+		a, err = h.f.Attr(ctx)
+	} else {
+		a, err = n.fsys.c.GetAttr(ctx, n.cred(ctx), n.ino())
+	}
+	if err != nil {
+		return n.fail("getattr", err)
+	}
+	fillAttr(&a, &out.Attr)
+	out.SetTimeout(n.fsys.o.AttrTimeout)
+	return 0
+}
+
+// ftime converts a FUSE time (seconds, nanoseconds) to a time.Time.
+func ftime(sec uint64, nsec uint32) time.Time { return time.Unix(int64(sec), int64(nsec)) }
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var s client.SetAttrIn
+	v := in.Valid
+	if v&fuse.FATTR_MODE != 0 {
+		s.Valid |= client.SetMode
+		s.Mode = in.Mode & 0o7777
+	}
+	if v&fuse.FATTR_UID != 0 {
+		s.Valid |= client.SetUID
+		s.UID = in.Uid
+	}
+	if v&fuse.FATTR_GID != 0 {
+		s.Valid |= client.SetGID
+		s.GID = in.Gid
+	}
+	switch {
+	case v&fuse.FATTR_ATIME_NOW != 0:
+		s.Valid |= client.SetAtimeNow
+	case v&fuse.FATTR_ATIME != 0:
+		s.Valid |= client.SetAtime
+		s.Atime = ftime(in.Atime, in.Atimensec)
+	}
+	switch {
+	case v&fuse.FATTR_MTIME_NOW != 0:
+		s.Valid |= client.SetMtimeNow
+	case v&fuse.FATTR_MTIME != 0:
+		s.Valid |= client.SetMtime
+		s.Mtime = ftime(in.Mtime, in.Mtimensec)
+	}
+	if v&fuse.FATTR_CTIME != 0 {
+		s.Valid |= client.SetCtime
+		s.Ctime = ftime(in.Ctime, in.Ctimensec)
+	}
+	cred := n.cred(ctx)
+	h, _ := f.(*handle)
+	if v&fuse.FATTR_SIZE != 0 {
+		if h != nil {
+			// ftruncate: the open file decides, not the inode's
+			// permissions (a file opened for writing may be truncated
+			// even if its mode no longer allows writing).
+			if err := h.f.Truncate(ctx, in.Size); err != nil {
+				return n.fail("truncate", err)
+			}
+		} else {
+			s.Valid |= client.SetSize
+			s.Size = in.Size
+		}
+	}
+	var a client.Attr
+	var err error
+	switch {
+	case s.Valid != 0:
+		a, err = n.fsys.c.SetAttr(ctx, cred, n.ino(), s)
+	case h != nil:
+		a, err = h.f.Attr(ctx)
+	default:
+		a, err = n.fsys.c.GetAttr(ctx, cred, n.ino())
+	}
+	if err != nil {
+		return n.fail("setattr", err)
+	}
+	fillAttr(&a, &out.Attr)
+	out.SetTimeout(n.fsys.o.AttrTimeout)
+	return 0
+}
+
+// openFlags is what the client library takes of an open's flags.
+func openFlags(flags uint32) int {
+	return int(flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_NOCTTY)
+}
+
+// fuseOpenFlags are the FOPEN_ flags for an open file: O_DIRECT bypasses
+// the kernel's page cache.
+func fuseOpenFlags(flags uint32) uint32 {
+	if flags&syscall.O_DIRECT != 0 {
+		return fuse.FOPEN_DIRECT_IO
+	}
+	return 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if mode&syscall.S_IFMT == 0 {
+		mode |= syscall.S_IFREG
+	}
+	a, f, err := n.fsys.c.Create(ctx, n.cred(ctx), n.ino(), name, mode, int(flags))
+	if err != nil {
+		return nil, nil, 0, n.fail("create", err)
+	}
+	child := n.entry(ctx, &a, out)
+	return child, newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Mknod(ctx, n.cred(ctx), n.ino(), name, mode, uint64(dev))
+	if err != nil {
+		return nil, n.fail("mknod", err)
+	}
+	return n.entry(ctx, &a, out), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Mkdir(ctx, n.cred(ctx), n.ino(), name, mode&0o7777)
+	if err != nil {
+		return nil, n.fail("mkdir", err)
+	}
+	return n.entry(ctx, &a, out), 0
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Symlink(ctx, n.cred(ctx), n.ino(), name, target)
+	if err != nil {
+		return nil, n.fail("symlink", err)
+	}
+	return n.entry(ctx, &a, out), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ino := target.EmbeddedInode().StableAttr().Ino
+	a, err := n.fsys.c.Link(ctx, n.cred(ctx), ino, n.ino(), name)
+	if err != nil {
+		return nil, n.fail("link", err)
+	}
+	return n.entry(ctx, &a, out), 0
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.fail("unlink", n.fsys.c.Unlink(ctx, n.cred(ctx), n.ino(), name))
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.fail("rmdir", n.fsys.c.Rmdir(ctx, n.cred(ctx), n.ino(), name))
+}
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np := newParent.EmbeddedInode().StableAttr().Ino
+	return n.fail("rename", n.fsys.c.Rename(ctx, n.cred(ctx), n.ino(), name, np, newName, flags))
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := n.fsys.c.Readlink(ctx, n.cred(ctx), n.ino())
+	if err != nil {
+		return nil, n.fail("readlink", err)
+	}
+	return []byte(t), 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	f, err := n.fsys.c.Open(ctx, n.cred(ctx), n.ino(), openFlags(flags))
+	if err != nil {
+		return nil, 0, n.fail("open", err)
+	}
+	return newHandle(n.fsys, n.ino(), f), fuseOpenFlags(flags), 0
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	d := &dirHandle{n: n, cred: n.cred(ctx)}
+	// Reading the first page now makes opendir fail as Linux's does
+	// (EACCES without read permission, ENOTDIR) instead of the first
+	// readdir.
+	if err := d.fill(ctx); err != nil {
+		return nil, 0, n.fail("opendir", err)
+	}
+	return d, 0, 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	s, err := n.fsys.c.StatFS(ctx)
+	if err != nil {
+		return n.fail("statfs", err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
+	out.Files, out.Ffree = s.Files, s.Ffree
+	out.Bsize, out.Frsize, out.NameLen = s.Bsize, s.Bsize, s.NameLen
+	return 0
+}
+
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	return n.fail("access", n.fsys.c.Access(ctx, n.cred(ctx), n.ino(), mask))
+}
+
+// aclXattr reports whether name is a POSIX ACL. The mount does not
+// enforce ACLs, so it does not store them either: a stored ACL that
+// nothing enforces would mislead (cp -a and tar carry on without them).
+func aclXattr(name string) bool { return strings.HasPrefix(name, "system.posix_acl_") }
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if aclXattr(attr) {
+		return 0, syscall.ENODATA
+	}
+	v, err := n.fsys.c.GetXattr(ctx, n.cred(ctx), n.ino(), attr)
+	if err != nil {
+		return 0, n.fail("getxattr", err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if aclXattr(attr) {
+		return syscall.EOPNOTSUPP
+	}
+	return n.fail("setxattr", n.fsys.c.SetXattr(ctx, n.cred(ctx), n.ino(), attr, data, int(flags)))
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.fsys.c.ListXattr(ctx, n.cred(ctx), n.ino())
+	if err != nil {
+		return 0, n.fail("listxattr", err)
+	}
+	size := 0
+	for _, s := range names {
+		size += len(s) + 1
+	}
+	if len(dest) < size {
+		return uint32(size), syscall.ERANGE
+	}
+	off := 0
+	for _, s := range names {
+		off += copy(dest[off:], s)
+		dest[off] = 0
+		off++
+	}
+	return uint32(size), 0
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if aclXattr(attr) {
+		return syscall.ENODATA
+	}
+	return n.fail("removexattr", n.fsys.c.RemoveXattr(ctx, n.cred(ctx), n.ino(), attr))
+}
