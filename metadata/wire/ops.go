@@ -88,7 +88,7 @@ var opNames = map[Op]string{
 	OpListXattr: "listxattr", OpRemoveXattr: "removexattr", OpAccess: "access", OpOpen: "open",
 	OpRelease: "release", OpWriteCommit: "writecommit", OpGetLk: "getlk", OpSetLk: "setlk",
 	OpKeepAlive: "keepalive",
-	OpEntryAdd: "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
+	OpEntryAdd:  "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
 	OpTxApply: "tx-apply", OpTxAbort: "tx-abort", OpTxStatus: "tx-status", OpGetParent: "get-parent",
 }
 

@@ -223,7 +223,7 @@ func (r *InodeRecord) decode(d *codec.Decoder) {
 type InodeFreeRecord struct{ Ino uint64 }
 
 // Kind implements Record.
-func (*InodeFreeRecord) Kind() RecordKind        { return RecKindInodeFree }
+func (*InodeFreeRecord) Kind() RecordKind          { return RecKindInodeFree }
 func (r *InodeFreeRecord) encode(e *codec.Encoder) { e.U64(r.Ino) }
 func (r *InodeFreeRecord) decode(d *codec.Decoder) { r.Ino = d.U64() }
 
@@ -427,7 +427,7 @@ func (r *IntentRecord) decode(d *codec.Decoder) {
 type IntentDoneRecord struct{ Txn TxnID }
 
 // Kind implements Record.
-func (*IntentDoneRecord) Kind() RecordKind        { return RecKindIntentDone }
+func (*IntentDoneRecord) Kind() RecordKind          { return RecKindIntentDone }
 func (r *IntentDoneRecord) encode(e *codec.Encoder) { r.Txn.encode(e) }
 func (r *IntentDoneRecord) decode(d *codec.Decoder) { r.Txn.decode(d) }
 
@@ -477,7 +477,7 @@ func (r *LockRecord) decode(d *codec.Decoder) {
 type UnlockRecord struct{ Txn TxnID }
 
 // Kind implements Record.
-func (*UnlockRecord) Kind() RecordKind        { return RecKindUnlock }
+func (*UnlockRecord) Kind() RecordKind          { return RecKindUnlock }
 func (r *UnlockRecord) encode(e *codec.Encoder) { r.Txn.encode(e) }
 func (r *UnlockRecord) decode(d *codec.Decoder) { r.Txn.decode(d) }
 
@@ -538,6 +538,6 @@ func (r *DecisionRecord) decode(d *codec.Decoder) {
 type TxDoneRecord struct{ Txn TxnID }
 
 // Kind implements Record.
-func (*TxDoneRecord) Kind() RecordKind        { return RecKindTxDone }
+func (*TxDoneRecord) Kind() RecordKind          { return RecKindTxDone }
 func (r *TxDoneRecord) encode(e *codec.Encoder) { r.Txn.encode(e) }
 func (r *TxDoneRecord) decode(d *codec.Decoder) { r.Txn.decode(d) }
