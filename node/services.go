@@ -4,28 +4,155 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane"
+	dpwire "github.com/octofs/octofs/dataplane/wire"
 	"github.com/octofs/octofs/pmem/plog"
 	"github.com/octofs/octofs/rdma"
+	"github.com/octofs/octofs/rdma/rpc"
 )
 
-// services are what a bound node runs on its region.
+// services are what a bound node runs on its region: the RPC server, the
+// chunk service, the namespace service, and the pool of RPC connections
+// to the other nodes they call.
 type services struct {
-	store *plog.Store
+	store  *plog.Store
+	rpc    *rpc.Server
+	peers  *rpc.Pool
+	chunks *dataplane.Service
+
+	stop chan struct{}
+	done chan struct{}
 }
 
-func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog.Store) (*services, error) {
-	return &services{store: store}, nil
+// rpcPeer is what RPC handlers learn of a connection's caller.
+type rpcPeer struct {
+	hello dataplane.Hello
+}
+
+func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog.Store) (svc *services, err error) {
+	svc = &services{store: store, stop: make(chan struct{}), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			svc.close()
+		}
+	}()
+	if svc.rpc, err = rpc.NewServer(rpc.ServerConfig{Device: s.dev, PD: s.pd, Logger: s.log}); err != nil {
+		return nil, fmt.Errorf("node: RPC server: %w", err)
+	}
+	if svc.peers, err = newPeerPool(s, n); err != nil {
+		return nil, err
+	}
+	if svc.chunks, err = dataplane.NewService(dataplane.ServiceConfig{
+		Store: store, Export: s.export, Map: n, Self: n.ID(), Pin: pinner(n),
+		Now: s.cfg.Now, Logger: s.log,
+	}); err != nil {
+		return nil, fmt.Errorf("node: chunk service: %w", err)
+	}
+	for _, op := range dpwire.Ops {
+		svc.rpc.Handle(uint16(op), func(ctx context.Context, call *rpc.Call) ([]byte, error) {
+			return svc.chunks.Serve(ctx, op, call.Payload), nil
+		})
+	}
+	go svc.maintain()
+	return svc, nil
+}
+
+// sweepInterval is how often the chunk service's quarantines and empty
+// pools are swept.
+const sweepInterval = time.Second
+
+// maintain runs the services' periodic work until close.
+func (svc *services) maintain() {
+	defer close(svc.done)
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-svc.stop:
+			return
+		case <-t.C:
+			svc.chunks.Sweep()
+		}
+	}
+}
+
+// newPeerPool is the node's pool of RPC connections to other nodes, for
+// the namespace service's collect-dispatch and the chunk calls it makes.
+func newPeerPool(s *Storage, n *cluster.Node) (*rpc.Pool, error) {
+	hello, err := dataplane.EncodeHello(dataplane.Hello{
+		Purpose: dataplane.PurposeRPC, Token: s.clusterToken(),
+		ClientID: s.incarnation, Incarnation: s.incarnation,
+		Node: string(n.ID()), Client: "node " + string(n.ID()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	p, err := rpc.NewPool(rpc.PoolConfig{PD: s.pd, Client: rpc.ClientConfig{Device: s.dev, PrivateData: hello, Logger: s.log}})
+	if err != nil {
+		return nil, fmt.Errorf("node: peer connections: %w", err)
+	}
+	return p, nil
+}
+
+// pinner returns the function the services call before their first write
+// to a partition: it pins the partition to this node through raft, so
+// that rebalancing never moves it away from its data.
+func pinner(n *cluster.Node) func(ctx context.Context, partition uint32) error {
+	if p, ok := any(n).(interface {
+		PinPartition(ctx context.Context, partition uint32) error
+	}); ok {
+		return p.PinPartition
+	}
+	// This build's control plane has no pinning yet: check ownership so
+	// that at least a partition this node does not own is never written.
+	return func(ctx context.Context, partition uint32) error {
+		m := n.Map()
+		owner, err := m.OwnerOfPartition(partition)
+		if err != nil {
+			return err
+		}
+		if owner.ID != n.ID() {
+			return fmt.Errorf("node: partition %d belongs to %s at epoch %d", partition, owner.ID, m.Epoch)
+		}
+		return nil
+	}
 }
 
 func (svc *services) acceptRPC(ctx context.Context, req *rdma.ConnRequest, h dataplane.Hello) error {
-	err := fmt.Errorf("node: RPC service not running")
-	req.Reject(err.Error())
-	return err
+	return svc.rpc.Accept(ctx, req, rpcPeer{hello: h})
+}
+
+// peerCaller reaches other nodes' services over RPC, by node.
+type peerCaller struct {
+	pool *rpc.Pool
+}
+
+// Call calls op at node with a fresh request id.
+func (pc peerCaller) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req []byte) ([]byte, error) {
+	if node.RDMAAddr == "" {
+		return nil, fmt.Errorf("node: %s has no RDMA address in the map", node.ID)
+	}
+	return pc.pool.Call(ctx, node.RDMAAddr, op, dataplane.RandomID(), req)
 }
 
 func (svc *services) close() error {
-	return errors.Join()
+	select {
+	case <-svc.done:
+	default:
+		if svc.chunks != nil {
+			close(svc.stop)
+			<-svc.done
+		}
+	}
+	var errs []error
+	if svc.rpc != nil {
+		errs = append(errs, svc.rpc.Close())
+	}
+	if svc.peers != nil {
+		errs = append(errs, svc.peers.Close())
+	}
+	return errors.Join(errs...)
 }
