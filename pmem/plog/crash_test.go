@@ -533,7 +533,16 @@ func runSequential(t *testing.T, sc crashScenario, seed uint64, states int, mut 
 // and the checks can count without locks. pmemtest.Run assumes one
 // goroutine fences at a time, hence this runner for concurrent workloads.
 // Stores of other goroutines go on during a check; CrashImage takes them
-// as they stand.
+// as they stand. That is race-free because a line the tracker may read
+// (one with stores not yet durable) is only ever stored to with atomic
+// word stores: plog logs record payload words (Tx.Write) and writes
+// segment bytes in place only into lines that are durable and so
+// untracked (past the tail, or in a fresh extent).
+//
+// Fences of different goroutines are modelled as one global fence (see
+// pmem.Tracker), which can make a line durable earlier than its own
+// goroutine's fence would; the single-goroutine runs (TestCrashSequential
+// and the mutation tests) do not have that blind spot.
 type serialFences struct {
 	*pmem.Tracker
 	mu sync.Mutex

@@ -364,7 +364,11 @@ func (b *builder) write(tx *pmem.Tx) (segInfo, error) {
 	}
 	seg := segment{ID: b.l.id, Owner: b.l.head, Epoch: b.epoch, Seq: b.seq, End: b.used}
 	po := payloadOff(s.g, id)
-	if err := tx.WriteFresh(po, encodeSegment(seg)); err != nil {
+	// The header words are logged rather than written in place with
+	// WriteFresh: seven log entries, and every store plog makes to a
+	// record stays an atomic word store, which the power-loss tracker can
+	// snapshot while other goroutines work (see crash_test.go).
+	if err := tx.Write(po, encodeSegment(seg)); err != nil {
 		return segInfo{}, s.wrap(err, "%v: new segment", b.l.id)
 	}
 	dataOff := r.ExtentOffset(e)

@@ -39,7 +39,7 @@ func (l *Log) AllocPool(blocks uint64) (pmem.Extent, error) {
 		e, err = tx.AllocExtent(id, blocks)
 	}
 	if err == nil {
-		err = tx.WriteFresh(payloadOff(s.g, id), encodePool(pool{ID: l.id, Owner: l.head}))
+		err = tx.Write(payloadOff(s.g, id), encodePool(pool{ID: l.id, Owner: l.head}))
 	}
 	if err == nil {
 		err = tx.Commit()

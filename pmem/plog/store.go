@@ -229,7 +229,7 @@ func (s *Store) Log(id LogID) (*Log, error) {
 		return nil, s.wrap(err, "creating %v", id)
 	}
 	h := head{ID: id, Epoch: 1}
-	if err := tx.WriteFresh(payloadOff(s.g, hid), encodeHead(h)); err != nil {
+	if err := tx.Write(payloadOff(s.g, hid), encodeHead(h)); err != nil {
 		return nil, s.wrap(err, "creating %v", id)
 	}
 	if err := tx.Commit(); err != nil {
