@@ -8,7 +8,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Pinned so that every machine lints with the same rules.
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo crashtest verbs-build vm-test
+.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo crashtest fsx verbs-build vm-test
 
 all: build
 
@@ -18,6 +18,7 @@ help:
 	@echo "make test        lint, then every test with -race (what CI runs)"
 	@echo "make bench       benchmarks with baselines side by side"
 	@echo "make crashtest   pmem power-loss harness, CRASHSTATES crash states (default 100000)"
+	@echo "make fsx         data-path fsx against a model, FSXOPS operations (default 1000000), FSXSEED to replay"
 	@echo "make fuzz        run every fuzz target for FUZZTIME each (default 10s)"
 	@echo "make lint        gofmt, go vet, staticcheck"
 	@echo "make verbs-build vet, lint, build and unit-test the cgo verbs provider (part of make test)"
@@ -67,6 +68,16 @@ bench: build
 
 clean:
 	rm -rf $(BIN)
+
+FSXOPS ?= 1000000
+FSXSEED ?= 0
+# The data path's fsx at scale: random reads, writes, truncates and
+# fallocates from three clients on a 3-node in-process cluster, checked
+# against a model (make test runs 100,000 operations). A failure prints
+# its seed: make fsx FSXSEED=<seed> replays it.
+fsx:
+	$(GO) test $(GOFLAGS) -count=1 -timeout 120m -run '^TestFSX$$' -v ./dataplane/dpclient/ \
+	  -args -fsx.ops=$(FSXOPS) -fsx.seed=$(FSXSEED)
 
 CRASHSTATES ?= 100000
 # The pmem power-loss harness at scale: random workloads crashed at every

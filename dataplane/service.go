@@ -58,8 +58,14 @@ const (
 )
 
 // maxPoolBlocks bounds one pool (plog allows about 15,000 blocks; 4096
-// blocks of 4 KiB are 16 MiB).
-const maxPoolBlocks = 4096
+// blocks of 4 KiB are 16 MiB); a partition's first pool has
+// minPoolBlocks, each later one as many as the partition has, so a
+// partition's unused pooled space stays below half of what it uses, and
+// many partitions on a small region do not fill it with empty pools.
+const (
+	maxPoolBlocks = 4096
+	minPoolBlocks = 64
+)
 
 // Service is the chunk service of one node: for every chunk partition the
 // node owns, the extent maps of its chunks and the pools their blocks come
@@ -468,11 +474,15 @@ func (s *Service) allocBlocks(p *partition, n uint64) ([]pmem.Extent, error) {
 // partition's pooled blocks, between one chunk and maxPoolBlocks, so small
 // regions are not filled by a few partitions' first pools.
 func (s *Service) growPool(p *partition, need uint64) (uint64, error) {
+	return s.growPoolOnce(p, need, false)
+}
+
+func (s *Service) growPoolOnce(p *partition, need uint64, retried bool) (uint64, error) {
 	var pooled uint64
 	for _, pl := range p.pools {
 		pooled += pl.ext.Count
 	}
-	want := max(need, min(max(pooled, uint64(s.bpc)), maxPoolBlocks))
+	want := max(need, min(max(pooled, minPoolBlocks), maxPoolBlocks))
 	st := s.region.Stats()
 	if free := st.Blocks - st.BlocksUsed; want > free/4 {
 		want = max(need, free/4)
@@ -494,19 +504,42 @@ func (s *Service) growPool(p *partition, need uint64) (uint64, error) {
 		p.pools = slices.Insert(p.pools, i, pl)
 		return ext.Count, nil
 	}
+	if !retried {
+		// Other partitions may hold empty pools: give them back to the
+		// region and try once more.
+		if s.sweepEmpty(p) > 0 {
+			return s.growPoolOnce(p, need, true)
+		}
+	}
 	return 0, fmt.Errorf("%w: partition %d needs %d more blocks", ErrNoSpace, p.id, need)
 }
 
 // Sweep ends quarantines that are over and frees pools that hold no block
 // (withdrawing them from the export first), so that partitions do not keep
 // space others need. The node calls it periodically; allocation also
-// sweeps its own partition's quarantine.
+// sweeps its own partition's quarantine, and every partition's empty
+// pools when the region is full.
 func (s *Service) Sweep() {
+	s.sweepEmpty(nil)
+}
+
+// sweepEmpty sweeps every partition but held (whose lock the caller
+// holds; nil for none; then partitions busy now are skipped too), and
+// returns how many pools it freed.
+func (s *Service) sweepEmpty(held *partition) int {
+	freed := 0
 	for _, p := range s.partitions() {
-		if p.broken != nil {
+		// The caller counts held's free blocks: its pools stay.
+		if p.broken != nil || p == held {
 			continue
 		}
-		p.mu.Lock()
+		if held != nil {
+			if !p.mu.TryLock() {
+				continue
+			}
+		} else {
+			p.mu.Lock()
+		}
 		s.expire(p)
 		keep := p.pools[:0]
 		for _, pl := range p.pools {
@@ -516,6 +549,8 @@ func (s *Service) Sweep() {
 					s.log.Warn("freeing an empty pool failed", "partition", p.id, "pool", pl.ext, "err", err)
 					s.cfg.Export.Expose(s.span(pl.ext))
 					keep = append(keep, pl)
+				} else {
+					freed++
 				}
 				continue
 			}
@@ -525,6 +560,7 @@ func (s *Service) Sweep() {
 		p.pools = keep
 		p.mu.Unlock()
 	}
+	return freed
 }
 
 // zero writes zeros over region bytes [off, off+n) and persists them.

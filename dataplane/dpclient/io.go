@@ -364,13 +364,15 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 // dataplane.Service.Trim), and forgets the cached extents of ino.
 func (e *Engine) Trim(ctx context.Context, ino, size uint64) error {
 	e.Forget(ino)
-	return Broadcast(ctx, e.cfg.RPC, e.cfg.Map.Current(), &wire.Request{Op: wire.OpTrim, Header: e.header(e.cfg.Map.Current()), Ino: ino, Size: size}, nil)
+	m := e.cfg.Map.Current()
+	return broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpTrim, Header: e.header(m), Ino: ino, Size: size}, nil, &e.stats)
 }
 
 // Free asks every node to free all of ino's data.
 func (e *Engine) Free(ctx context.Context, ino uint64) error {
 	e.Forget(ino)
-	return Broadcast(ctx, e.cfg.RPC, e.cfg.Map.Current(), &wire.Request{Op: wire.OpFree, Header: e.header(e.cfg.Map.Current()), Ino: ino}, nil)
+	m := e.cfg.Map.Current()
+	return broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpFree, Header: e.header(m), Ino: ino}, nil, &e.stats)
 }
 
 // StatFS sums the data capacity of every node.
@@ -378,14 +380,14 @@ func (e *Engine) StatFS(ctx context.Context) (wire.Capacity, error) {
 	m := e.cfg.Map.Current()
 	var mu sync.Mutex
 	var c wire.Capacity
-	err := Broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpStatfs, Header: e.header(m)}, func(r wire.Reply) {
+	err := broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpStatfs, Header: e.header(m)}, func(r wire.Reply) {
 		mu.Lock()
 		defer mu.Unlock()
 		c.Total += r.Capacity.Total
 		c.Free += r.Capacity.Free
 		c.Used += r.Capacity.Used
 		c.Quarantined += r.Capacity.Quarantined
-	})
+	}, &e.stats)
 	return c, err
 }
 
@@ -395,6 +397,10 @@ func (e *Engine) StatFS(ctx context.Context) (wire.Capacity, error) {
 // the caller may simply repeat it. Package metadata uses it for the data
 // side of truncate and of freeing an inode.
 func Broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(wire.Reply)) error {
+	return broadcast(ctx, rpc, m, req, each, nil)
+}
+
+func broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(wire.Reply), count *counters) error {
 	if !m.Initialized() {
 		return fmt.Errorf("%w: no cluster map", ErrIO)
 	}
@@ -408,6 +414,9 @@ func Broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Reques
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if count != nil {
+				count.rpc(req.Op)
+			}
 			out, err := rpc.Call(ctx, n, uint16(req.Op), b)
 			if err != nil {
 				errs[i] = fmt.Errorf("%w: %v at node %s: %w", ErrIO, req.Op, n.ID, err)
