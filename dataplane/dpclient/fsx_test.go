@@ -2,8 +2,8 @@ package dpclient_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"flag"
 	"fmt"
 	"math/rand/v2"
