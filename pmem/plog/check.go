@@ -61,21 +61,27 @@ func (rep *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "  %v: head record %d, epoch %d, %d segment(s), %d bytes in %d record(s), %d pool(s) of %d blocks%s\n",
 			l.ID, l.Head, l.Epoch, l.Segments, l.Bytes, l.Records, l.Pools, l.PoolBlocks, state)
 	}
+	unfixable := 0
 	for _, f := range rep.Findings {
-		fix := ""
-		if f.Fix != "" {
-			fix = " [" + f.Fix + "]"
+		state := ""
+		switch {
+		case f.Fix != "":
+			state = " [" + f.Fix + "]"
+		case f.Severity == pmem.SevError:
+			state = " [cannot be repaired automatically]"
+			unfixable++
 		}
-		fmt.Fprintf(w, "  %-7s %s: %s%s\n", f.Severity, f.Area, f.Message, fix)
+		fmt.Fprintf(w, "  %-7s %s: %s%s\n", f.Severity, f.Area, f.Message, state)
 	}
-	if p := rep.Problems(); p == 0 {
+	switch p := rep.Problems(); {
+	case p == 0:
 		fmt.Fprintln(w, "clean")
-	} else {
-		fmt.Fprintf(w, "%d problem(s)\n", p)
+	case unfixable == 0:
+		fmt.Fprintf(w, "%d problem(s), all left by an interrupted operation: opening the store (starting the node) clears them\n", p)
+	default:
+		fmt.Fprintf(w, "%d problem(s): a damaged log cannot be used until its partition is restored from a replica (see docs/plog.md)\n", p)
 	}
 }
-
-const restore = "the log cannot be repaired automatically: restore its partition from a replica, or delete the log if its service can rebuild it"
 
 // Check verifies plog's structures in r: every record of plog's kinds
 // decodes; each live head's chain is whole, of its log and epoch, in
@@ -103,7 +109,7 @@ func Check(r *pmem.Region) *Report {
 	for _, hid := range sc.order {
 		sh := sc.heads[hid]
 		if sh.err != nil {
-			add(pmem.SevError, "plog head", restore, "head record %d: %v", hid, sh.err)
+			add(pmem.SevError, "plog head", "", "head record %d: %v", hid, sh.err)
 			continue
 		}
 		h := sh.h
@@ -121,17 +127,21 @@ func Check(r *pmem.Region) *Report {
 		}
 		for _, si := range walked {
 			if other, ok := reached[si.id]; ok {
-				add(pmem.SevError, "plog chain", restore, "segment record %d is in the chains of head records %d and %d", si.id, other, hid)
+				if other == hid {
+					add(pmem.SevError, "plog chain", "", "the chain of %v (head record %d) reaches segment record %d twice (a loop)", h.ID, hid, si.id)
+				} else {
+					add(pmem.SevError, "plog chain", "", "segment record %d is in the chains of head records %d and %d", si.id, other, hid)
+				}
 				continue
 			}
 			reached[si.id] = hid
 		}
 		if sh.chainErr != nil {
-			add(pmem.SevError, "plog chain", restore, "%v", sh.chainErr)
+			add(pmem.SevError, "plog chain", "", "%v", sh.chainErr)
 		} else {
 			err := replaySegments(r, h.ID, sh.chain, func([]byte) error { sum.Records++; return nil })
 			if err != nil {
-				add(pmem.SevError, "plog records", restore, "below the published tail: %v", err)
+				add(pmem.SevError, "plog records", "", "below the published tail: %v", err)
 			}
 		}
 		for _, si := range sh.chain {
@@ -147,25 +157,27 @@ func Check(r *pmem.Region) *Report {
 	}
 	for id, hids := range live {
 		if len(hids) > 1 {
-			add(pmem.SevError, "plog head", restore, "%v has %d live heads (records %v)", id, len(hids), hids)
+			add(pmem.SevError, "plog head", "", "%v has %d live heads (records %v)", id, len(hids), hids)
 		}
 	}
-	// owner describes why a segment or pool naming head hid for log id
-	// is not properly owned: an error, a warning when the head is being
-	// deleted, "" when hid is a live head of that log.
-	owner := func(id LogID, hid pmem.RecordID) (pmem.Severity, string) {
+	// orphan says why a segment or pool naming head hid for log id has
+	// no live owner, "" if hid is a live head of that log. A head being
+	// deleted still owns its records: its own finding covers them.
+	orphan := func(id LogID, hid pmem.RecordID) (why, fix string) {
 		sh := sc.heads[hid]
 		switch {
 		case sh == nil:
-			return pmem.SevError, fmt.Sprintf("names head record %d, which is not a plog log head", hid)
+			return fmt.Sprintf("names head record %d, which is not a plog log head (a leak)", hid), ""
 		case sh.err != nil:
-			return pmem.SevError, fmt.Sprintf("names head record %d, which is damaged", hid)
+			return fmt.Sprintf("belongs to the damaged head record %d", hid), ""
 		case sh.h.ID != id:
-			return pmem.SevError, fmt.Sprintf("is of %v but names head record %d of %v", id, hid, sh.h.ID)
-		case sh.h.State == stateDeleting:
-			return pmem.SevWarning, fmt.Sprintf("belongs to %v, which is being deleted", id)
+			return fmt.Sprintf("is of %v but names head record %d of %v (a leak)", id, hid, sh.h.ID), ""
 		}
 		return "", ""
+	}
+	deleting := func(hid pmem.RecordID) bool {
+		sh := sc.heads[hid]
+		return sh != nil && sh.err == nil && sh.h.State == stateDeleting
 	}
 	for _, sid := range sortedKeys(sc.segs) {
 		ss := sc.segs[sid]
@@ -173,17 +185,17 @@ func Check(r *pmem.Region) *Report {
 			continue // its chain's findings cover it
 		}
 		if ss.err != nil {
-			add(pmem.SevError, "plog segment", restore, "segment record %d: %v", sid, ss.err)
+			add(pmem.SevError, "plog segment", "", "segment record %d: %v", sid, ss.err)
 			continue
 		}
-		sev, why := owner(ss.s.ID, ss.s.Owner)
+		if why, fix := orphan(ss.s.ID, ss.s.Owner); why != "" {
+			add(pmem.SevError, "plog segment", fix, "segment record %d %s", sid, why)
+			continue
+		}
 		switch {
-		case sev == pmem.SevError:
-			add(sev, "plog segment", "", "segment record %d %s (a leak: no log reaches it)", sid, why)
-		case sev == pmem.SevWarning:
-			add(sev, "plog segment", "plog.Open finishes the delete", "segment record %d %s", sid, why)
+		case deleting(ss.s.Owner):
 		case sc.heads[ss.s.Owner].chainErr != nil:
-			add(pmem.SevError, "plog segment", restore, "segment record %d of %v is not in its damaged chain", sid, ss.s.ID)
+			add(pmem.SevError, "plog segment", "", "segment record %d of %v is not in its damaged chain", sid, ss.s.ID)
 		case sc.garbage(sid, ss.s.Owner):
 			add(pmem.SevWarning, "plog segment", "plog.Open frees it", "segment record %d of %v (epoch %d, the log's is %d) is not in its chain: left by an interrupted rewrite", sid, ss.s.ID, ss.s.Epoch, sc.heads[ss.s.Owner].h.Epoch)
 		default:
@@ -193,15 +205,11 @@ func Check(r *pmem.Region) *Report {
 	for _, pid := range sortedKeys(sc.pools) {
 		sp := sc.pools[pid]
 		if sp.err != nil {
-			add(pmem.SevError, "plog pool", restore, "pool record %d: %v", pid, sp.err)
+			add(pmem.SevError, "plog pool", "", "pool record %d: %v", pid, sp.err)
 			continue
 		}
-		sev, why := owner(sp.p.ID, sp.p.Owner)
-		switch sev {
-		case pmem.SevError:
-			add(sev, "plog pool", "", "pool record %d %s (a leak)", pid, why)
-		case pmem.SevWarning:
-			add(sev, "plog pool", "plog.Open finishes the delete", "pool record %d %s", pid, why)
+		if why, fix := orphan(sp.p.ID, sp.p.Owner); why != "" {
+			add(pmem.SevError, "plog pool", fix, "pool record %d %s", pid, why)
 		}
 	}
 	slices.SortFunc(rep.Logs, func(a, b LogSummary) int { return cmp.Compare(a.ID.word(), b.ID.word()) })

@@ -159,7 +159,7 @@ func (sc *scan) walk(hid pmem.RecordID, h head) ([]segInfo, pmem.RecordID, error
 		case ss == nil:
 			return chain, cur, where("not a plog segment")
 		case ss.err != nil:
-			return chain, cur, where("%v", ss.err)
+			return chain, cur, fmt.Errorf("%v (head record %d): segment %d of the chain (record %d): %w", h.ID, hid, len(chain), cur, ss.err)
 		case ss.s.Owner != hid || ss.s.ID != h.ID:
 			return chain, cur, where("belongs to %v (head record %d)", ss.s.ID, ss.s.Owner)
 		case ss.s.Epoch != h.Epoch:
