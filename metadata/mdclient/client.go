@@ -42,7 +42,8 @@ type Config struct {
 	// ClientID identifies this client to the servers (0: random). It
 	// scopes at-most-once answers, opens and locks.
 	ClientID uint64
-	// Incarnation identifies this process (0: random).
+	// Incarnation identifies this process (0: its start time in ns). Servers
+	// compare incarnations numerically: a newer one fences older ones.
 	Incarnation uint64
 	// OpTimeout bounds an operation, retries included (default 30s).
 	OpTimeout time.Duration
@@ -75,7 +76,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.ClientID = randomNonZero()
 	}
 	if cfg.Incarnation == 0 {
-		cfg.Incarnation = randomNonZero()
+		cfg.Incarnation = uint64(time.Now().UnixNano())
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 30 * time.Second

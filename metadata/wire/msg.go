@@ -866,7 +866,10 @@ func (r *EntryAddReply) decode(d *codec.Decoder) {
 // EntryRemoveRequest removes Name from Dir if it names Ino, for the
 // coordinator of Txn (an unlink or rmdir). VictimUID is the inode's owner,
 // for the sticky-directory rule; IsDir says whether it is a directory
-// (the entry's type must agree, and Dir loses a link).
+// (the entry's type must agree, and Dir loses a link). CheckOnly asks
+// only for the permission and entry checks, changing nothing: the
+// coordinator uses it to report Linux's error when its own checks failed
+// too (Linux checks the directory before the victim).
 type EntryRemoveRequest struct {
 	Txn       TxnID
 	Watermark uint64
@@ -875,6 +878,7 @@ type EntryRemoveRequest struct {
 	Ino       uint64
 	VictimUID uint32
 	IsDir     bool
+	CheckOnly bool
 }
 
 func (r *EntryRemoveRequest) encode(e *codec.Encoder) {
@@ -885,6 +889,7 @@ func (r *EntryRemoveRequest) encode(e *codec.Encoder) {
 	e.U64(r.Ino)
 	e.U32(r.VictimUID)
 	e.Bool(r.IsDir)
+	e.Bool(r.CheckOnly)
 }
 
 func (r *EntryRemoveRequest) decode(d *codec.Decoder) {
@@ -895,6 +900,7 @@ func (r *EntryRemoveRequest) decode(d *codec.Decoder) {
 	r.Ino = d.U64()
 	r.VictimUID = d.U32()
 	r.IsDir = d.Bool()
+	r.CheckOnly = d.Bool()
 }
 
 // Lock item kinds of a rename transaction.

@@ -336,13 +336,14 @@ func (r *CountersRecord) decode(d *codec.Decoder) {
 	r.TxnLimit = d.U64()
 }
 
-// RequestRecord is the answer to client ClientID's request Seq: its
-// status and encoded reply body.
+// RequestRecord is the answer to request Seq of client (ClientID,
+// Incarnation): its status and encoded reply body.
 type RequestRecord struct {
-	ClientID uint64
-	Seq      uint64
-	Status   Status
-	Reply    []byte
+	ClientID    uint64
+	Incarnation uint64
+	Seq         uint64
+	Status      Status
+	Reply       []byte
 }
 
 // Kind implements Record.
@@ -350,6 +351,7 @@ func (*RequestRecord) Kind() RecordKind { return RecKindRequest }
 
 func (r *RequestRecord) encode(e *codec.Encoder) {
 	e.U64(r.ClientID)
+	e.U64(r.Incarnation)
 	e.U64(r.Seq)
 	e.U32(uint32(r.Status))
 	e.Bytes32(r.Reply)
@@ -357,6 +359,7 @@ func (r *RequestRecord) encode(e *codec.Encoder) {
 
 func (r *RequestRecord) decode(d *codec.Decoder) {
 	r.ClientID = d.U64()
+	r.Incarnation = d.U64()
 	r.Seq = d.U64()
 	r.Status = Status(d.U32())
 	r.Reply = append([]byte(nil), d.Bytes32(decodeMaxValue)...)
@@ -383,10 +386,11 @@ type IntentRecord struct {
 	Ino      uint64
 	Type     uint32
 	Size     uint64
-	ClientID uint64
-	Seq      uint64
-	ReqOp    Op
-	Cred     Cred
+	ClientID    uint64
+	Incarnation uint64
+	Seq         uint64
+	ReqOp       Op
+	Cred        Cred
 }
 
 // Kind implements Record.
@@ -401,6 +405,7 @@ func (r *IntentRecord) encode(e *codec.Encoder) {
 	e.U32(r.Type)
 	e.U64(r.Size)
 	e.U64(r.ClientID)
+	e.U64(r.Incarnation)
 	e.U64(r.Seq)
 	e.U16(uint16(r.ReqOp))
 	r.Cred.encode(e)
@@ -415,6 +420,7 @@ func (r *IntentRecord) decode(d *codec.Decoder) {
 	r.Type = d.U32()
 	r.Size = d.U64()
 	r.ClientID = d.U64()
+	r.Incarnation = d.U64()
 	r.Seq = d.U64()
 	r.ReqOp = Op(d.U16())
 	r.Cred.decode(d)
@@ -493,11 +499,12 @@ const maxTxParts = 8
 // (or its successor after a restart) dispatches Parts until each is
 // applied, then answers request (ClientID, Seq).
 type DecisionRecord struct {
-	Txn      TxnID
-	ClientID uint64
-	Seq      uint64
-	Now      Timespec
-	Parts    []TxPart
+	Txn         TxnID
+	ClientID    uint64
+	Incarnation uint64
+	Seq         uint64
+	Now         Timespec
+	Parts       []TxPart
 }
 
 // Kind implements Record.
@@ -506,6 +513,7 @@ func (*DecisionRecord) Kind() RecordKind { return RecKindDecision }
 func (r *DecisionRecord) encode(e *codec.Encoder) {
 	r.Txn.encode(e)
 	e.U64(r.ClientID)
+	e.U64(r.Incarnation)
 	e.U64(r.Seq)
 	r.Now.encode(e)
 	e.U8(uint8(len(r.Parts)))
@@ -518,6 +526,7 @@ func (r *DecisionRecord) encode(e *codec.Encoder) {
 func (r *DecisionRecord) decode(d *codec.Decoder) {
 	r.Txn.decode(d)
 	r.ClientID = d.U64()
+	r.Incarnation = d.U64()
 	r.Seq = d.U64()
 	r.Now.decode(d)
 	n := d.U8()
