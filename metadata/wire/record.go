@@ -379,13 +379,13 @@ const (
 // (which another partition may own), on behalf of request (ClientID, Seq)
 // with Cred. Size is a truncation's new size; Type the entry's type.
 type IntentRecord struct {
-	Txn      TxnID
-	Op       uint8
-	Parent   uint64
-	Name     string
-	Ino      uint64
-	Type     uint32
-	Size     uint64
+	Txn         TxnID
+	Op          uint8
+	Parent      uint64
+	Name        string
+	Ino         uint64
+	Type        uint32
+	Size        uint64
 	ClientID    uint64
 	Incarnation uint64
 	Seq         uint64
