@@ -56,7 +56,7 @@ func statusOf(err error) wire.Status {
 	case errors.Is(err, errDataLost):
 		return wire.StatusDataLost
 	case errors.Is(err, wire.ErrMalformed):
-		return wire.StatusInvalid
+		return wire.StatusBadRequest
 	}
 	return wire.StatusIO
 }

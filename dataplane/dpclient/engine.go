@@ -391,3 +391,6 @@ func (e *Engine) Dirty(ino uint64) bool {
 	defer e.mu.Unlock()
 	return len(e.dirty[ino]) > 0
 }
+
+// ClientID is the engine's client id (what nodes evict by).
+func (e *Engine) ClientID() uint64 { return e.cfg.ClientID }

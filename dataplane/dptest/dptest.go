@@ -1,8 +1,10 @@
 // Package dptest starts in-process data-path clusters for tests: each node
 // has its own volatile pmem region (or a power-loss Tracker), plog store,
 // export, chunk service and soft RDMA device with a listener that routes
-// data connections to the export, as package node does. RPCs reach a
-// node's chunk service through Caller.
+// data connections to the export and RPC connections to an rdma/rpc
+// server with the chunk service's handlers, as package node does. Engines
+// from NewEngine call over rdma/rpc; Caller reaches the services
+// in-process, for tests that want no RPC in the way.
 //
 // Nodes can be restarted (process state dropped, region attached again
 // from its bytes) and, with Tracker, crashed (region attached from a crash
@@ -25,6 +27,7 @@ import (
 	"github.com/octofs/octofs/pmem"
 	"github.com/octofs/octofs/pmem/plog"
 	"github.com/octofs/octofs/rdma"
+	"github.com/octofs/octofs/rdma/rpc"
 	"github.com/octofs/octofs/rdma/soft"
 )
 
@@ -71,6 +74,7 @@ type Proc struct {
 	Store   *plog.Store
 	Export  *dataplane.Export
 	Service *dataplane.Service
+	RPC     *rpc.Server
 }
 
 // New starts a cluster; everything is closed when the test ends.
@@ -135,6 +139,16 @@ func (c *Cluster) startNode(id cluster.NodeID) *Node {
 				req.Reject(err.Error())
 			case p == nil:
 				req.Reject("node starting")
+			case h.Purpose == dataplane.PurposeRPC:
+				if err := h.Authorize(Token); err != nil {
+					req.Reject(err.Error())
+					continue
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p.RPC.Accept(ctx, req, h)
+				}()
 			default:
 				wg.Add(1)
 				go func() {
@@ -188,7 +202,16 @@ func (n *Node) start(format bool) {
 	if err != nil {
 		t.Fatalf("node %s: chunk service: %v", n.ID, err)
 	}
-	n.proc.Store(&Proc{Region: r, Store: store, Export: exp, Service: svc})
+	srv, err := rpc.NewServer(rpc.ServerConfig{Device: n.dev, PD: n.pd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range wire.Ops {
+		srv.Handle(uint16(op), func(ctx context.Context, call *rpc.Call) ([]byte, error) {
+			return svc.Serve(ctx, op, call.Payload), nil
+		})
+	}
+	n.proc.Store(&Proc{Region: r, Store: store, Export: exp, Service: svc, RPC: srv})
 }
 
 // stop ends the node's process: data sessions closed, region detached.
@@ -197,6 +220,7 @@ func (n *Node) stop() {
 	if p == nil {
 		return
 	}
+	p.RPC.Close()
 	p.Export.Close()
 	p.Region.Close()
 }
@@ -244,7 +268,7 @@ func (c *Cluster) Evict(clientID uint64) int {
 // Maps is the cluster's map source.
 func (c *Cluster) Maps() *Maps { return c.maps }
 
-// Caller reaches the nodes' chunk services in-process.
+// Caller reaches the nodes' chunk services in-process, without RPC.
 func (c *Cluster) Caller() dpclient.Caller { return caller{c} }
 
 type caller struct{ c *Cluster }
@@ -263,11 +287,20 @@ func (cl caller) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req
 	return nil, fmt.Errorf("dptest: no node %s", node.ID)
 }
 
+// PoolCaller is a dpclient.Caller over an rdma/rpc pool: the RPC path a
+// real client takes.
+type PoolCaller struct{ Pool *rpc.Pool }
+
+// Call implements dpclient.Caller.
+func (pc PoolCaller) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req []byte) ([]byte, error) {
+	return pc.Pool.Call(ctx, node.RDMAAddr, op, dataplane.RandomID(), req)
+}
+
 // EngineOption changes an engine's configuration.
 type EngineOption func(*dpclient.Config)
 
-// NewEngine starts a client engine with a device of its own; it is closed
-// when the test ends.
+// NewEngine starts a client engine with a device of its own, reaching the
+// chunk services over rdma/rpc; it is closed when the test ends.
 func (c *Cluster) NewEngine(opts ...EngineOption) *dpclient.Engine {
 	t := c.t
 	t.Helper()
@@ -275,8 +308,21 @@ func (c *Cluster) NewEngine(opts ...EngineOption) *dpclient.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := dpclient.Config{Device: dev, Map: c.maps, RPC: c.Caller(), Token: func() string { return Token },
-		ClientID: dataplane.RandomID(), Incarnation: dataplane.RandomID(), Name: "dptest"}
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, inc := dataplane.RandomID(), dataplane.RandomID()
+	hello, err := dataplane.EncodeHello(dataplane.Hello{Purpose: dataplane.PurposeRPC, Token: Token, ClientID: id, Incarnation: inc, Client: "dptest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := rpc.NewPool(rpc.PoolConfig{PD: pd, Client: rpc.ClientConfig{Device: dev, PrivateData: hello}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := dpclient.Config{Device: dev, Map: c.maps, RPC: PoolCaller{pool}, Token: func() string { return Token },
+		ClientID: id, Incarnation: inc, Name: "dptest"}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -286,6 +332,8 @@ func (c *Cluster) NewEngine(opts ...EngineOption) *dpclient.Engine {
 	}
 	t.Cleanup(func() {
 		e.Close()
+		pool.Close()
+		pd.Close()
 		dev.Close()
 	})
 	return e

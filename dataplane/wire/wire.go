@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/octofs/octofs/internal/codec"
@@ -71,42 +72,66 @@ func (o Op) String() string {
 	return fmt.Sprintf("Op(%#x)", uint16(o))
 }
 
-// Status is a reply's outcome.
-type Status uint8
+// Status is a reply's outcome: 0, a Linux errno, or an octofs status
+// above every errno. The values are those of metadata/wire (StatusOK,
+// StatusWrongOwner, StatusNotReady, ...), so that a client handles both
+// services' replies alike; the chunk service's own statuses sit at
+// 0x10100 and above.
+type Status uint32
 
 // Statuses.
 const (
-	StatusOK Status = iota
-	// StatusWrongOwner: the node does not own the request's partition;
-	// Reply.Epoch is its map epoch. Refresh the map and retry at the
-	// owner.
-	StatusWrongOwner
+	StatusOK Status = 0
 	// StatusNoSpace: no blocks left (ENOSPC); nothing changed.
-	StatusNoSpace
+	StatusNoSpace Status = Status(syscall.ENOSPC)
+	// StatusIO: the node failed to do it (EIO); Message says why.
+	StatusIO Status = Status(syscall.EIO)
+	// StatusWrongOwner: the node does not own the request's partition;
+	// Reply.Epoch is its map epoch. Refresh the map to at least that
+	// epoch and retry at the owner.
+	StatusWrongOwner Status = 0x10001
+	// StatusNotReady: the node is still recovering the partition; retry.
+	StatusNotReady Status = 0x10003
+	// StatusBadRequest: the request does not decode or names nothing
+	// sensible (a protocol error).
+	StatusBadRequest Status = 0x10006
 	// StatusNoSession: the request named a data session the node does
 	// not have; reconnect the data connection and retry.
-	StatusNoSession
+	StatusNoSession Status = 0x10101
 	// StatusDataLost: a persist named an earlier incarnation of the
 	// node: what was written then and not yet persisted may be lost
 	// (EIO for the fsync).
-	StatusDataLost
-	// StatusInvalid: a request the service refuses (EINVAL).
-	StatusInvalid
-	// StatusIO: the node failed to do it (EIO); Message says why.
-	StatusIO
-	// StatusNotReady: the node is still recovering the partition; retry.
-	StatusNotReady
-
-	numStatuses
+	StatusDataLost Status = 0x10102
 )
 
-var statusNames = [...]string{"ok", "wrong owner", "no space", "no session", "data lost", "invalid", "i/o error", "not ready"}
-
 func (s Status) String() string {
-	if s < numStatuses {
-		return statusNames[s]
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusWrongOwner:
+		return "wrong owner"
+	case StatusNotReady:
+		return "not ready"
+	case StatusBadRequest:
+		return "bad request"
+	case StatusNoSession:
+		return "no session"
+	case StatusDataLost:
+		return "data lost"
 	}
-	return fmt.Sprintf("Status(%d)", s)
+	if s > 0 && s < 4096 {
+		return syscall.Errno(s).Error()
+	}
+	return fmt.Sprintf("Status(%#x)", uint32(s))
+}
+
+// known reports whether s is a status this package defines or an errno.
+func (s Status) known() bool {
+	switch s {
+	case StatusOK, StatusWrongOwner, StatusNotReady, StatusBadRequest, StatusNoSession, StatusDataLost:
+		return true
+	}
+	return s > 0 && s < 4096
 }
 
 // Fallocate modes (the Linux FALLOC_FL_* bits this service implements).
@@ -295,7 +320,7 @@ type Reply struct {
 func (r *Reply) Encode() []byte {
 	e := codec.NewEncoder(make([]byte, 0, 80+len(r.Message)+20*len(r.Extents)))
 	e.U8(Version)
-	e.U8(uint8(r.Status))
+	e.U32(uint32(r.Status))
 	e.U64(r.Epoch)
 	e.U64(r.Incarnation)
 	msg := r.Message
@@ -326,7 +351,7 @@ func DecodeReply(b []byte) (Reply, error) {
 	if v := d.U8(); d.Err() == nil && v != Version {
 		return r, fmt.Errorf("%w: reply version %d, this client speaks %d (run the same octofs version on both sides)", ErrMalformed, v, Version)
 	}
-	r.Status = Status(d.U8())
+	r.Status = Status(d.U32())
 	r.Epoch = d.U64()
 	r.Incarnation = d.U64()
 	r.Message = d.String16(maxMessage)
@@ -346,8 +371,8 @@ func DecodeReply(b []byte) (Reply, error) {
 		return Reply{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	switch {
-	case r.Status >= numStatuses:
-		return Reply{}, fmt.Errorf("%w: status %d", ErrMalformed, r.Status)
+	case !r.Status.known():
+		return Reply{}, fmt.Errorf("%w: status %#x", ErrMalformed, uint32(r.Status))
 	case r.Lease < 0:
 		return Reply{}, fmt.Errorf("%w: negative lease", ErrMalformed)
 	}

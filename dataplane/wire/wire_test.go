@@ -66,7 +66,7 @@ func TestReplyRefused(t *testing.T) {
 		"overlapping": {Extents: []Extent{{Off: 0, Len: 8192}, {Off: 4096, Len: 4096}}},
 		"empty":       {Extents: []Extent{{Off: 0, Len: 0}}},
 		"past chunk":  {Extents: []Extent{{Off: ChunkSize - 4096, Len: 8192}}},
-		"status":      {Status: numStatuses},
+		"status":      {Status: 0x20000},
 		"lease":       {Lease: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
