@@ -32,6 +32,27 @@
 //     given fails at the responder (remote access error) from then on.
 //   - Withdraw(span) returns only when no session can reach the span.
 //
+// # Chunk service
+//
+// Service keeps, for every chunk partition the node owns, a plog log
+// (service wire.ServiceChunks) of extent-map changes, the partition's data
+// pools (plog pools, sub-allocated in DRAM) and the extent maps in DRAM,
+// rebuilt by replaying the log at start and rewritten by Checkpoint. Serve
+// answers every op in wire.Ops. Invariants:
+//
+//   - A mapped block lies in a pool of its partition and is mapped once;
+//     a free block is in no map; replay refuses a log that breaks this.
+//   - Fresh blocks are zeroed and persisted before the record that maps
+//     them is appended: no byte of a block's previous owner is ever
+//     readable, before or after a crash.
+//   - A freed block is quarantined (ServiceConfig.Quarantine, longer than
+//     the extent lease) before it is handed out again.
+//   - Every change is one log append, applied to DRAM after it is durable,
+//     under the partition's lock.
+//
+// docs/dataplane.md explains the design, the consistency model and the
+// tests.
+//
 // StartExport and DialExport are the previous whole-region export, kept
 // until the node's wiring uses NewExport; they register every byte of the
 // region, metadata included, for any token holder.
@@ -46,6 +67,10 @@
 //	case dataplane.PurposeRPC:  rpcServer.Accept(ctx, req, h)
 //	case dataplane.PurposeData: exp.Accept(ctx, req, h)
 //	}
+//	svc, _ := dataplane.NewService(dataplane.ServiceConfig{Store, Export: exp, Map, Self, Pin, Now, Logger})
+//	for _, op := range wire.Ops { rpcServer.Handle(uint16(op), ... svc.Serve(ctx, op, call.Payload)) }
+//	// every second or so: svc.Sweep() (ends quarantines, frees empty pools)
 //	// on token rotation: exp.Revalidate(); to evict a client: exp.Evict(id)
-//	// shutdown: stop the accept loop, then exp.Close() before the region.
+//	// shutdown: stop the accept loop and RPC server, then exp.Close()
+//	// before the region.
 package dataplane
