@@ -116,6 +116,7 @@ type world struct {
 	// acks receives a token per acknowledged group (when someone listens),
 	// so the concurrent test's manager can pace itself by appends.
 	acks   chan struct{}
+	big    bool // larger records, to fill the region
 	checks int
 	// counters for the test log
 	acked, rewrites, deletes, pools, noSpace int
@@ -194,6 +195,9 @@ func (w *world) appendGroup(rng *rand.Rand, id LogID, tag string) error {
 	g := make([][]byte, n)
 	for i := range g {
 		size := rng.IntN(120)
+		if w.big {
+			size *= 4
+		}
 		if rng.IntN(40) == 0 {
 			size = 1500 // larger than a segment
 		}
@@ -269,6 +273,9 @@ func (w *world) allocPool(rng *rand.Rand, id LogID) error {
 		return nil
 	}
 	blocks := uint64(1 + rng.IntN(8))
+	if w.big {
+		blocks *= 3
+	}
 	w.mu.Lock()
 	w.logs[id].allocating = blocks
 	w.mu.Unlock()
@@ -425,7 +432,7 @@ func (w *world) check(img []byte, seed uint64, nested bool) error {
 		return fmt.Errorf("plog.Open after recovery: %w", err)
 	}
 	if rep := Check(r); !rep.Clean() {
-		return fmt.Errorf("plog fsck after recovery:\n%s", rep)
+		return fmt.Errorf("plog fsck after recovery: %s", problems(rep))
 	}
 	if rep := pmem.Check(r); !rep.Clean() {
 		return fmt.Errorf("pmem fsck after plog.Open:\n%s", rep)
@@ -448,7 +455,7 @@ func (w *world) check(img []byte, seed uint64, nested bool) error {
 			}
 		}
 		if rep := Check(r); !rep.Clean() {
-			return fmt.Errorf("plog fsck after appending to the recovered store:\n%s", rep)
+			return fmt.Errorf("plog fsck after appending to the recovered store: %s", problems(rep))
 		}
 	}
 	return nil
@@ -461,21 +468,28 @@ type crashScenario struct {
 	fo    pmem.FormatOptions
 	o     Options
 	share int // percent of the crash states
+	// fill makes rewrites rare, so the region fills up (ENOSPC).
+	fill bool
 }
 
 var crashScenarios = []crashScenario{
-	{"small segments", 1 << 20, pmem.FormatOptions{BlockSize: 512, LogSlots: 8, LogSlotSize: 4096}, Options{SegmentSize: 1024}, 60},
-	{"small log slots", 512 << 10, pmem.FormatOptions{BlockSize: 512, LogSlots: 4, LogSlotSize: 1024}, Options{SegmentSize: 512}, 40},
+	{"small segments", 1 << 20, pmem.FormatOptions{BlockSize: 512, LogSlots: 8, LogSlotSize: 4096}, Options{SegmentSize: 1024}, 50, false},
+	{"small log slots", 512 << 10, pmem.FormatOptions{BlockSize: 512, LogSlots: 4, LogSlotSize: 1024}, Options{SegmentSize: 512}, 30, false},
+	{"full region (ENOSPC)", 64 << 10, pmem.FormatOptions{BlockSize: 512, LogSlots: 2, LogSlotSize: 2048, NumRecords: 24}, Options{SegmentSize: 1024}, 20, true},
 }
 
 var crashLogs = []LogID{{Service: 1, Partition: 3}, {Service: 2, Partition: 3}}
 
 // sequentialStep runs one random operation of the single-goroutine
 // workload.
-func (w *world) sequentialStep(rng *rand.Rand, s *Store, step int) error {
+func (w *world) sequentialStep(rng *rand.Rand, s *Store, step int, fill bool) error {
 	id := crashLogs[rng.IntN(len(crashLogs))]
 	tag := fmt.Sprintf("s%d", step)
-	switch op := rng.IntN(100); {
+	op := rng.IntN(100)
+	if fill && op >= 84 && op < 91 && rng.IntN(8) != 0 {
+		op = 0 // append instead of most rewrites
+	}
+	switch {
 	case op < 84:
 		return w.appendGroup(rng, id, tag)
 	case op < 91:
@@ -492,6 +506,7 @@ func (w *world) sequentialStep(rng *rand.Rand, s *Store, step int) error {
 // runSequential runs the single-goroutine workload under pmemtest.Run.
 func runSequential(t *testing.T, sc crashScenario, seed uint64, states int, mut mutation) (pmemtest.Result, *world) {
 	w := newWorld(sc.o)
+	w.big = sc.fill
 	res, err := pmemtest.Run(context.Background(), pmemtest.Config{
 		Size:           sc.size,
 		Format:         sc.fo,
@@ -513,7 +528,7 @@ func runSequential(t *testing.T, sc crashScenario, seed uint64, states int, mut 
 			}
 			rng := rand.New(rand.NewPCG(seed, 1))
 			for step := 0; step < 20*states && ctx.Err() == nil; step++ {
-				if err := w.sequentialStep(rng, s, step); err != nil {
+				if err := w.sequentialStep(rng, s, step, sc.fill); err != nil {
 					return err
 				}
 			}
@@ -559,6 +574,7 @@ func (m *serialFences) Fence() error {
 // checks crash states at every fence.
 func runConcurrent(t *testing.T, sc crashScenario, seed uint64, states int, mut mutation, appenders int) (pmemtest.Result, *world) {
 	w := newWorld(sc.o)
+	w.big = sc.fill
 	tr := pmem.NewTracker(make([]byte, sc.size))
 	med := &serialFences{Tracker: tr}
 	r, err := pmem.Format(med, sc.fo, pmem.Options{})
@@ -636,7 +652,11 @@ func runConcurrent(t *testing.T, sc crashScenario, seed uint64, states int, mut 
 			}
 			id := crashLogs[rng.IntN(len(crashLogs))]
 			var err error
-			switch op := rng.IntN(100); {
+			op := rng.IntN(100)
+			if sc.fill && op < 50 && rng.IntN(4) != 0 {
+				op = 60 // a pool instead of most rewrites
+			}
+			switch {
 			case op < 50:
 				err = w.rewrite(rng, id, fmt.Sprintf("m%d", i))
 			case op < 70:
@@ -695,6 +715,17 @@ func TestCrashConcurrent(t *testing.T) {
 		})
 	}
 	t.Logf("crash states checked: %d", total)
+}
+
+// problems lists a report's errors and warnings on one line.
+func problems(rep *Report) string {
+	var msgs []string
+	for _, f := range rep.Findings {
+		if f.Severity != pmem.SevInfo {
+			msgs = append(msgs, fmt.Sprintf("%s: %s", f.Area, f.Message))
+		}
+	}
+	return strings.Join(msgs, "; ")
 }
 
 func cmpOr(a, b uint64) uint64 {

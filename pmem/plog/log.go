@@ -40,6 +40,7 @@ type Log struct {
 	segs         []segInfo
 	pools        map[pmem.Extent]pmem.RecordID
 	rewriteBytes uint64
+	bytes        uint64 // sum of the segments' ends
 	deleted      bool
 	appends      uint64
 	commits      uint64
@@ -84,10 +85,7 @@ type Stats struct {
 func (l *Log) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	st := Stats{RewriteBytes: l.rewriteBytes, Segments: len(l.segs), Pools: len(l.pools), Appends: l.appends, Commits: l.commits}
-	for _, s := range l.segs {
-		st.Bytes += s.end
-	}
+	st := Stats{Bytes: l.bytes, RewriteBytes: l.rewriteBytes, Segments: len(l.segs), Pools: len(l.pools), Appends: l.appends, Commits: l.commits}
 	for e := range l.pools {
 		st.PoolBlocks += e.Count
 	}
@@ -263,6 +261,7 @@ func (l *Log) commitInPlace(seg *segInfo, groups [][][]byte, total uint64) error
 	}
 	l.mu.Lock()
 	l.segs[len(l.segs)-1].end = end
+	l.bytes += total
 	l.mu.Unlock()
 	return nil
 }
@@ -307,6 +306,7 @@ func (l *Log) commitNewSegment(last *segInfo, groups [][][]byte, total uint64) e
 	}
 	l.mu.Lock()
 	l.segs = append(l.segs, si)
+	l.bytes += total
 	l.mu.Unlock()
 	return nil
 }
@@ -551,7 +551,7 @@ func (l *Log) Rewrite(snapshot func(emit func(rec []byte) error) error) error {
 		return s.wrap(err, "%v: rewrite: swapping the new chain in", l.id)
 	}
 	l.mu.Lock()
-	l.epoch, l.segs, l.rewriteBytes = epoch, chain, total
+	l.epoch, l.segs, l.rewriteBytes, l.bytes = epoch, chain, total, total
 	l.mu.Unlock()
 	if h := s.hooks.rewritten; h != nil {
 		h(l.id)
@@ -604,7 +604,7 @@ func (l *Log) Delete() error {
 	for _, si := range l.segs {
 		ids = append(ids, si.id)
 	}
-	l.segs, l.pools = nil, map[pmem.Extent]pmem.RecordID{}
+	l.segs, l.pools, l.bytes = nil, map[pmem.Extent]pmem.RecordID{}, 0
 	l.mu.Unlock()
 	if err := s.r.Store8(l.headOff+offState, stateDeleting); err != nil {
 		return fmt.Errorf("plog: deleting %v: %w", l.id, err)

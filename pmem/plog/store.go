@@ -138,6 +138,9 @@ func Open(r *pmem.Region, o Options) (*Store, error) {
 		}
 		l := s.newLog(h.ID, hid, h)
 		l.segs = sh.chain
+		for _, si := range sh.chain {
+			l.bytes += si.end
+		}
 		l.nextEpoch = sc.maxEpoch(hid) + 1
 		segs, pools := sc.owned(hid)
 		for _, sid := range segs {
