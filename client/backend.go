@@ -16,7 +16,8 @@ import (
 type namespace interface {
 	Lookup(ctx context.Context, cred Cred, parent uint64, name string) (Attr, error)
 	GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, error)
-	// SetAttr applies in without SetSize (Truncate changes sizes).
+	// SetAttr applies in; a size change frees or zeroes the data beyond
+	// the new size before the size is published.
 	SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrIn) (Attr, error)
 	// Create makes a regular file in parent and registers an open of it
 	// with flags, in one request: the creator may write a file whose mode
@@ -33,8 +34,9 @@ type namespace interface {
 	Rename(ctx context.Context, cred Cred, parent uint64, name string, newParent uint64, newName string, flags uint32) error
 	Readlink(ctx context.Context, cred Cred, ino uint64) (string, error)
 	// ReadDir returns entries after cookie (0: from the start), at most
-	// max of them, without "." and ".."; an empty result ends the listing.
-	ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, error)
+	// max of them, without "." and "..", and whether the listing ends
+	// with them.
+	ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error)
 	GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error)
 	ListXattr(ctx context.Context, cred Cred, ino uint64) ([]string, error)
 	SetXattr(ctx context.Context, cred Cred, ino uint64, name string, value []byte, flags int) error
@@ -47,15 +49,14 @@ type namespace interface {
 	// Release); O_TRUNC truncates a regular file, data included. It
 	// returns the attributes after the open.
 	Open(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error)
-	// Release ends one registered open of ino.
-	Release(ctx context.Context, ino uint64) error
+	// Release ends one registered open of ino made with flags.
+	Release(ctx context.Context, ino uint64, flags int) error
+	// reclaim registers again, at an owner that restarted, an open this
+	// client held before (the file may have no name any more).
+	reclaim(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error)
 	// Commit records what this client wrote: the size grows to at least
 	// size (never shrinks), and mtime and ctime are set to mtime.
 	Commit(ctx context.Context, cred Cred, ino uint64, size uint64, mtime time.Time) (Attr, error)
-	// Truncate sets a regular file's size, freeing or zeroing data
-	// beyond it.
-	Truncate(ctx context.Context, cred Cred, ino uint64, size uint64) (Attr, error)
-
 	// GetLk returns the first lock that conflicts with lk, or lk with
 	// Type LockUnlock if none does.
 	GetLk(ctx context.Context, ino uint64, lk Lock) (Lock, error)

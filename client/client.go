@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/octofs/octofs/cluster"
 )
@@ -24,6 +25,8 @@ type Client struct {
 	maps cluster.MapSource
 	ns   namespace
 	data dataIO
+	// remote is the production backend (nil for Memory's clients).
+	remote *remote
 
 	opens   openTable
 	entries *ttlCache[entryKey]
@@ -59,10 +62,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // tests (with fakes) fill them in.
 func newClient(cfg Config) *Client {
 	c := &Client{
-		cfg:         cfg,
-		log:         cfg.Logger.With("client", cfg.Name),
-		id:          randomID(),
-		incarnation: randomID(),
+		cfg: cfg,
+		log: cfg.Logger.With("client", cfg.Name),
+		id:  randomID(),
+		// Nodes compare incarnations numerically, a newer one fencing
+		// older ones: the start time grows across restarts.
+		incarnation: uint64(time.Now().UnixNano()),
 		shutdown:    func() error { return nil },
 	}
 	c.opens.m = make(map[uint64]*openInode)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"syscall"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/dataplane/dpclient"
+	"github.com/octofs/octofs/metadata/mdclient"
 )
 
 var (
@@ -54,7 +57,9 @@ func TestErrno(t *testing.T) {
 	}{
 		"nil":               {context.Background(), nil, nil},
 		"server errno":      {context.Background(), syscall.ENOTEMPTY, syscall.ENOTEMPTY},
-		"wrapped errno":     {context.Background(), errors.Join(errors.New("x"), syscall.EACCES), syscall.EACCES},
+		"wrapped errno":     {context.Background(), fmt.Errorf("dial: %w", syscall.ECONNREFUSED), syscall.EIO},
+		"namespace timeout": {context.Background(), fmt.Errorf("%w: lookup", mdclient.ErrTimeout), syscall.ETIMEDOUT},
+		"no space":          {context.Background(), fmt.Errorf("%w: chunk 3", dpclient.ErrNoSpace), syscall.ENOSPC},
 		"deadline":          {context.Background(), context.DeadlineExceeded, syscall.ETIMEDOUT},
 		"caller cancelled":  {cancelled, context.Canceled, syscall.EINTR},
 		"internal cancel":   {context.Background(), context.Canceled, syscall.EIO},

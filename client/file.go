@@ -32,21 +32,25 @@ type openInode struct {
 	dirty bool
 	// mtime is the time of the last write, for the commit.
 	mtime time.Time
-	// flags of the first open, for registering it again.
-	flags int
-	cred  Cred
+	// files are the open Files of the inode (guarded by openTable.mu),
+	// each registered once with the owner.
+	files map[*File]struct{}
+	// cred of the last writer, for the commit.
+	cred Cred
 }
 
-// acquire registers one more File of ino, whose open returned a. It
+// acquire registers f, an open of the inode whose open returned a. It
 // reports whether this is the inode's first open in this client.
-func (t *openTable) acquire(a Attr, cred Cred, flags int) (*openInode, bool) {
+func (t *openTable) acquire(a Attr, f *File) (*openInode, bool) {
 	t.mu.Lock()
 	oi, ok := t.m[a.Ino]
 	if !ok {
-		oi = &openInode{ino: a.Ino, flags: flags, cred: cred}
+		oi = &openInode{ino: a.Ino, cred: f.cred, files: make(map[*File]struct{})}
 		t.m[a.Ino] = oi
 	}
 	oi.refs++
+	oi.files[f] = struct{}{}
+	f.oi = oi
 	t.mu.Unlock()
 	oi.mu.Lock()
 	// Close-to-open: the size the owner reports at open covers every
@@ -61,16 +65,42 @@ func (t *openTable) acquire(a Attr, cred Cred, flags int) (*openInode, bool) {
 	return oi, !ok
 }
 
-// release drops one File of oi and reports whether it was the last.
-func (t *openTable) release(oi *openInode) bool {
+// release drops f and reports whether it was its inode's last File.
+func (t *openTable) release(f *File) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	oi := f.oi
+	delete(oi.files, f)
 	oi.refs--
 	if oi.refs > 0 {
 		return false
 	}
 	delete(t.m, oi.ino)
 	return true
+}
+
+// inodes returns the open inodes' numbers.
+func (t *openTable) inodes() []uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]uint64, 0, len(t.m))
+	for ino := range t.m {
+		out = append(out, ino)
+	}
+	return out
+}
+
+// files returns every open File.
+func (t *openTable) files() []*File {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*File
+	for _, oi := range t.m {
+		for f := range oi.files {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (t *openTable) get(ino uint64) *openInode {
@@ -135,13 +165,13 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 
 // newFile makes the File of an open the owner has registered.
 func (c *Client) newFile(cred Cred, a Attr, flags int) *File {
-	oi, first := c.opens.acquire(a, cred, flags)
-	if first {
+	f := &File{c: c, cred: cred, flags: flags &^ syscall.O_TRUNC, lockOwner: c.nextOwner.Add(1) | 1<<63}
+	if _, first := c.opens.acquire(a, f); first {
 		// Extent maps cached from an earlier open may miss blocks other
 		// clients allocated since: close-to-open starts afresh.
 		c.data.Forget(a.Ino)
 	}
-	return &File{c: c, oi: oi, cred: cred, flags: flags &^ syscall.O_TRUNC, lockOwner: c.nextOwner.Add(1) | 1<<63}
+	return f
 }
 
 // Ino is the file's inode number.
@@ -276,7 +306,7 @@ func (f *File) Flush(ctx context.Context) error {
 	defer cancel()
 	if err == nil {
 		f.oi.mu.Lock()
-		err = f.c.flushLocked(octx, f.cred, f.oi)
+		err = f.c.flushLocked(octx, f.oi)
 		f.oi.mu.Unlock()
 	}
 	return f.c.fail(ctx, "flush", err)
@@ -292,7 +322,7 @@ func (f *File) Sync(ctx context.Context) error {
 // flushLocked persists and commits oi's writes; oi.mu is held. The cred
 // of the last writer commits, so that a flush by another descriptor of the
 // same inode does not need write permission of its own.
-func (c *Client) flushLocked(ctx context.Context, cred Cred, oi *openInode) error {
+func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
 	if !oi.dirty {
 		return nil
 	}
@@ -317,7 +347,7 @@ func (f *File) Truncate(ctx context.Context, size uint64) error {
 	if size > maxFileSize {
 		return syscall.EFBIG
 	}
-	_, err := f.c.SetAttr(ctx, f.cred, f.oi.ino, SetAttrIn{Valid: SetSize, Size: size})
+	_, err := f.c.SetAttr(ctx, f.cred, f.oi.ino, SetAttrIn{Valid: SetSize | SetHandle, Size: size})
 	return err
 }
 
@@ -372,7 +402,7 @@ func (f *File) Close(ctx context.Context) error {
 	defer cancel()
 	if err == nil {
 		f.oi.mu.Lock()
-		err = f.c.flushLocked(octx, f.cred, f.oi)
+		err = f.c.flushLocked(octx, f.oi)
 		f.oi.mu.Unlock()
 	}
 	if f.locked.Load() && !f.c.closed.Load() {
@@ -383,9 +413,9 @@ func (f *File) Close(ctx context.Context) error {
 			}
 		}
 	}
-	f.c.opens.release(f.oi)
+	f.c.opens.release(f)
 	if !f.c.closed.Load() {
-		if rerr := f.c.ns.Release(octx, f.oi.ino); err == nil {
+		if rerr := f.c.ns.Release(octx, f.oi.ino, f.flags); err == nil {
 			err = rerr
 		}
 	}

@@ -188,8 +188,9 @@ func (fsys *FS) ReadDir(name string) ([]fs.DirEntry, error) {
 		return nil, pathErr("readdirent", name, err)
 	}
 	var out []fs.DirEntry
-	for cookie := uint64(0); ; {
-		ents, err := fsys.c.ReadDir(fsys.ctx, fsys.cred, a.Ino, cookie, 0)
+	for cookie, eof := uint64(0), false; !eof; {
+		var ents []DirEntry
+		ents, eof, err = fsys.c.ReadDirPage(fsys.ctx, fsys.cred, a.Ino, cookie, 0)
 		if err != nil {
 			return out, pathErr("readdirent", name, err)
 		}
@@ -318,17 +319,17 @@ func (fsys *FS) removeAll(dir uint64, name string, depth int) error {
 	// sees only what others added meanwhile; an entry that cannot be
 	// removed ends the loop with its error.
 	for {
-		ents, err := c.ReadDir(fsys.ctx, fsys.cred, a.Ino, 0, 0)
+		ents, eof, err := c.ReadDirPage(fsys.ctx, fsys.cred, a.Ino, 0, 0)
 		if err != nil {
 			return err
-		}
-		if len(ents) == 0 {
-			break
 		}
 		for _, e := range ents {
 			if err := fsys.removeAll(a.Ino, e.Name, depth+1); err != nil {
 				return err
 			}
+		}
+		if eof || len(ents) == 0 {
+			break
 		}
 	}
 	if err := c.Rmdir(fsys.ctx, fsys.cred, dir, name); err != nil && !errors.Is(err, syscall.ENOENT) {

@@ -259,18 +259,19 @@ func (f *FSFile) ReadDir(n int) ([]fs.DirEntry, error) {
 		if n > 0 {
 			want = min(want, n-len(out))
 		}
-		ents, err := f.fsys.c.ReadDir(f.fsys.ctx, f.fsys.cred, f.attr.Ino, f.cookie, want)
+		ents, eof, err := f.fsys.c.ReadDirPage(f.fsys.ctx, f.fsys.cred, f.attr.Ino, f.cookie, want)
 		if err != nil {
 			return out, f.err("readdirent", err)
-		}
-		if len(ents) == 0 {
-			f.dirDone = true
-			break
 		}
 		for _, e := range ents {
 			out = append(out, &dirEntry{fsys: f.fsys, e: e})
 		}
-		f.cookie = ents[len(ents)-1].Cookie
+		if len(ents) > 0 {
+			f.cookie = ents[len(ents)-1].Cookie
+		}
+		if eof || len(ents) == 0 {
+			f.dirDone = true
+		}
 	}
 	if n > 0 && len(out) == 0 {
 		return nil, io.EOF

@@ -78,8 +78,9 @@ func (c *Client) GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, erro
 }
 
 // SetAttr changes ino's attributes: chmod, chown, utimens and truncate
-// (SetSize) in one call, as FUSE's setattr delivers them. A size change
-// runs first, then the other fields.
+// (SetSize) in one request, as FUSE's setattr delivers them. Before a size
+// change this client's unflushed writes to the file are flushed, so that
+// none lands beyond the new end afterwards.
 func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrIn) (Attr, error) {
 	octx, cancel, err := c.op(ctx)
 	defer cancel()
@@ -88,41 +89,22 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 	}
 	c.attrs.drop(ino)
 	var a Attr
-	if in.Valid&SetSize != 0 {
-		if a, err = c.truncate(octx, cred, ino, in.Size); err != nil {
-			return Attr{}, c.fail(ctx, "setattr", err)
+	if oi := c.opens.get(ino); oi != nil && in.Valid&SetSize != 0 {
+		oi.mu.Lock()
+		if err = c.flushLocked(octx, oi); err == nil {
+			if a, err = c.ns.SetAttr(octx, cred, ino, in); err == nil {
+				oi.size = a.Size
+			}
 		}
-		in.Valid &^= SetSize
+		oi.mu.Unlock()
+	} else {
+		a, err = c.ns.SetAttr(octx, cred, ino, in)
 	}
-	if in.Valid != 0 || a.Ino == 0 {
-		if a, err = c.ns.SetAttr(octx, cred, ino, in); err != nil {
-			return Attr{}, c.fail(ctx, "setattr", err)
-		}
+	if err != nil {
+		return Attr{}, c.fail(ctx, "setattr", err)
 	}
 	c.attrs.put(ino, a)
 	return c.opens.overlay(a), nil
-}
-
-// truncate sets ino's size. Writes of this client not yet committed go
-// first, so that they cannot land beyond the new end afterwards; the local
-// size then follows the server's.
-func (c *Client) truncate(ctx context.Context, cred Cred, ino uint64, size uint64) (Attr, error) {
-	oi := c.opens.get(ino)
-	if oi != nil {
-		oi.mu.Lock()
-		defer oi.mu.Unlock()
-		if err := c.flushLocked(ctx, cred, oi); err != nil {
-			return Attr{}, err
-		}
-	}
-	a, err := c.ns.Truncate(ctx, cred, ino, size)
-	if err != nil {
-		return Attr{}, err
-	}
-	if oi != nil {
-		oi.size = a.Size
-	}
-	return a, nil
 }
 
 // Create makes a regular file and opens it with flags. An existing name
@@ -302,16 +284,26 @@ func (c *Client) Readlink(ctx context.Context, cred Cred, ino uint64) (string, e
 // the listing. Entries added during a listing may or may not appear;
 // removed ones do not; every other entry appears exactly once.
 func (c *Client) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, error) {
+	ents, _, err := c.ReadDirPage(ctx, cred, ino, cookie, max)
+	return ents, err
+}
+
+// ReadDirPage is ReadDir that also reports whether the listing ends with
+// this page, which saves the request that would return nothing.
+func (c *Client) ReadDirPage(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
 	if max <= 0 {
 		max = defaultReadDirBatch
 	}
 	octx, cancel, err := c.op(ctx)
 	defer cancel()
 	if err != nil {
-		return nil, c.fail(ctx, "readdir", err)
+		return nil, false, c.fail(ctx, "readdir", err)
 	}
-	ents, err := c.ns.ReadDir(octx, cred, ino, cookie, max)
-	return ents, c.fail(ctx, "readdir", err)
+	ents, eof, err := c.ns.ReadDir(octx, cred, ino, cookie, max)
+	if err != nil {
+		return nil, false, c.fail(ctx, "readdir", err)
+	}
+	return ents, eof, nil
 }
 
 // defaultReadDirBatch is how many entries one ReadDir asks for when the

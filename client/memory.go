@@ -42,6 +42,7 @@ func NewMemory(now func() time.Time) *Memory {
 	m := &Memory{}
 	m.ns = newMemNS(now, &m.log)
 	m.data = newMemData(&m.log)
+	m.ns.data = m.data
 	return m
 }
 
@@ -88,6 +89,7 @@ type memNS struct {
 	// for calls to arrive.
 	changed chan struct{}
 	log     *eventLog // shared with memData: the order of persist and commit
+	data    *memData  // truncation drops its bytes
 	locks   []memLock
 	// hook, if set, runs before every call; an error it returns is the
 	// call's answer.
@@ -244,8 +246,37 @@ func (f *memNS) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrIn
 	if in.Valid&SetMtime != 0 {
 		n.attr.Mtime = in.Mtime
 	}
+	if in.Valid&(SetAtimeNow|SetMtimeNow) != 0 && !owner && !may(cred, n.attr, 2) {
+		return Attr{}, syscall.EACCES
+	}
+	if in.Valid&SetAtimeNow != 0 {
+		n.attr.Atime = f.now()
+	}
+	if in.Valid&SetMtimeNow != 0 {
+		n.attr.Mtime = f.now()
+	}
+	if in.Valid&SetSize != 0 {
+		switch {
+		case n.attr.IsDir():
+			return Attr{}, syscall.EISDIR
+		case !n.attr.IsRegular():
+			return Attr{}, syscall.EINVAL
+		case in.Valid&SetHandle == 0 && !may(cred, n.attr, 2):
+			return Attr{}, syscall.EACCES
+		}
+		f.truncate(n, in.Size)
+	}
 	n.attr.Ctime = f.now()
 	return n.attr, nil
+}
+
+// truncate sets a file's size, dropping its data beyond it, as the
+// namespace service does before it publishes the size.
+func (f *memNS) truncate(n *memNode, size uint64) {
+	f.data.trim(n.attr.Ino, size)
+	n.attr.Size = size
+	n.attr.Mtime = f.now()
+	f.log.add("truncate")
 }
 
 func (f *memNS) add(cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (*memNode, error) {
@@ -449,14 +480,14 @@ func (f *memNS) Readlink(ctx context.Context, cred Cred, ino uint64) (string, er
 	return n.target, nil
 }
 
-func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, error) {
+func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
 	if err := f.enter(ctx, "readdir"); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer f.mu.Unlock()
 	d, err := f.dir(cred, ino, 4)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out []DirEntry
 	for name, c := range d.cookies {
@@ -467,9 +498,9 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cookie < out[j].Cookie })
 	if len(out) > max {
-		out = out[:max]
+		return out[:max], false, nil
 	}
-	return out, nil
+	return out, true, nil
 }
 
 func (f *memNS) GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error) {
@@ -592,13 +623,28 @@ func (f *memNS) Open(ctx context.Context, cred Cred, ino uint64, flags int) (Att
 		return Attr{}, syscall.EACCES
 	}
 	if flags&syscall.O_TRUNC != 0 && n.attr.IsRegular() {
-		n.attr.Size = 0
+		f.truncate(n, 0)
 	}
 	n.opens++
 	return n.attr, nil
 }
 
-func (f *memNS) Release(ctx context.Context, ino uint64) error {
+// reclaim is an open that skips the permission check; an owner that
+// never restarts never asks for it.
+func (f *memNS) reclaim(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error) {
+	if err := f.enter(ctx, "reclaim"); err != nil {
+		return Attr{}, err
+	}
+	defer f.mu.Unlock()
+	n, err := f.node(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	n.opens++
+	return n.attr, nil
+}
+
+func (f *memNS) Release(ctx context.Context, ino uint64, flags int) error {
 	if err := f.enter(ctx, "release"); err != nil {
 		return err
 	}
@@ -626,23 +672,6 @@ func (f *memNS) Commit(ctx context.Context, cred Cred, ino uint64, size uint64, 
 	f.log.add("commit")
 	n.attr.Size = max(n.attr.Size, size)
 	n.attr.Mtime, n.attr.Ctime = mtime, mtime
-	return n.attr, nil
-}
-
-func (f *memNS) Truncate(ctx context.Context, cred Cred, ino uint64, size uint64) (Attr, error) {
-	if err := f.enter(ctx, "truncate"); err != nil {
-		return Attr{}, err
-	}
-	defer f.mu.Unlock()
-	n, err := f.node(ino)
-	if err != nil {
-		return Attr{}, err
-	}
-	if !may(cred, n.attr, 2) {
-		return Attr{}, syscall.EACCES
-	}
-	n.attr.Size = size
-	f.log.add("truncate")
 	return n.attr, nil
 }
 
@@ -822,6 +851,18 @@ func (d *memData) Allocate(ctx context.Context, ino uint64, mode uint32, off, le
 	}
 	d.written[ino] = b
 	return nil
+}
+
+// trim drops the bytes at and beyond size (written and persisted: the
+// real service frees the blocks durably).
+func (d *memData) trim(ino, size uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, m := range []map[uint64][]byte{d.written, d.persisted} {
+		if b := m[ino]; uint64(len(b)) > size {
+			m[ino] = b[:size]
+		}
+	}
 }
 
 func (d *memData) Forget(ino uint64) {

@@ -76,6 +76,10 @@ type SetAttrMask uint32
 
 // Fields of SetAttrIn. SetAtimeNow and SetMtimeNow are utimensat's
 // UTIME_NOW (the server's clock); leaving a time out is UTIME_OMIT.
+// SetHandle says the caller truncates through a descriptor open for
+// writing (ftruncate), which needs that open instead of write permission;
+// SetKillSuidGid clears setuid and setgid as a write would (FUSE's
+// FATTR_KILL_SUIDGID). The bits are the namespace protocol's.
 const (
 	SetMode SetAttrMask = 1 << iota
 	SetUID
@@ -86,6 +90,8 @@ const (
 	SetAtimeNow
 	SetMtimeNow
 	SetCtime
+	SetHandle
+	SetKillSuidGid
 )
 
 // SetAttrIn is a setattr request: chmod, chown, truncate and utimens in

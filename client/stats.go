@@ -1,0 +1,57 @@
+package client
+
+import (
+	"github.com/octofs/octofs/dataplane/dpclient"
+	dpwire "github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/metadata/wire"
+)
+
+// Stats counts a client's work since New: the RPCs it sent (namespace and
+// chunk-service ops, retries included) and the data engine's counters
+// (RDMA operations, bytes, retries). Costs per operation are differences
+// of two snapshots divided by the operations between them, as `octoctl
+// bench meta` reports round trips per operation.
+type Stats struct {
+	// RPCs counts requests by op name ("lookup", "create", "alloc", ...).
+	RPCs map[string]uint64 `json:"rpcs"`
+	// Data is the data engine's counters (zero for Memory's clients).
+	Data dpclient.Stats `json:"data"`
+}
+
+// TotalRPCs is the sum of RPCs over all ops.
+func (s Stats) TotalRPCs() uint64 {
+	var n uint64
+	for _, v := range s.RPCs {
+		n += v
+	}
+	return n
+}
+
+// Stats returns a snapshot of the client's counters.
+func (c *Client) Stats() Stats {
+	s := Stats{RPCs: map[string]uint64{}}
+	switch {
+	case c.remote != nil:
+		for op, n := range c.remote.calls.snapshot() {
+			s.RPCs[opName(op)] += n
+		}
+		s.Data = c.remote.data.Stats()
+	default:
+		if m, ok := c.ns.(memSession); ok {
+			m.mu.Lock()
+			for op, n := range m.calls {
+				s.RPCs[op] = uint64(n)
+			}
+			m.mu.Unlock()
+		}
+	}
+	return s
+}
+
+// opName names an RPC op of either service: namespace ops are 0x01xx.
+func opName(op uint16) string {
+	if op>>8 == uint16(wire.OpNull)>>8 {
+		return wire.Op(op).String()
+	}
+	return dpwire.Op(op).String()
+}
