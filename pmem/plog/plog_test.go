@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -407,4 +408,49 @@ func TestDamage(t *testing.T) {
 	l2, err := s2.Log(id1)
 	require.NoError(t, err)
 	require.ErrorIs(t, l2.Replay(func([]byte) error { return nil }), plog.ErrCorrupt)
+}
+
+func TestFileRegionSurvivesReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "region")
+	r, err := pmem.Create(path, 8<<20, pmem.FormatOptions{}, pmem.Options{})
+	require.NoError(t, err)
+	s, err := plog.Open(r, plog.Options{SegmentSize: 8192})
+	require.NoError(t, err)
+	l, err := s.Log(id1)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				if err := l.Append(rec("%d:%d", w, i), bytes.Repeat([]byte{byte(w)}, 300)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, r.Close())
+
+	reopenFile := func() (*pmem.Region, *plog.Log) {
+		r, err := pmem.Open(path, pmem.Options{})
+		require.NoError(t, err)
+		s, err := plog.Open(r, plog.Options{SegmentSize: 8192})
+		require.NoError(t, err)
+		l, err := s.Log(id1)
+		require.NoError(t, err)
+		return r, l
+	}
+	r2, l2 := reopenFile()
+	got := replayAll(t, l2)
+	require.Len(t, got, 4*25*2)
+	requireClean(t, r2)
+	require.NoError(t, l2.Rewrite(func(emit func([]byte) error) error { return emit(rec("snapshot")) }))
+	require.NoError(t, l2.Append(rec("last")))
+	require.NoError(t, r2.Close())
+
+	r3, l3 := reopenFile()
+	defer r3.Close()
+	require.Equal(t, [][]byte{rec("snapshot"), rec("last")}, replayAll(t, l3))
+	requireClean(t, r3)
 }
