@@ -93,7 +93,7 @@ func OpenStorage(cfg StorageConfig) (s *Storage, err error) {
 	if cfg.Provider == "" {
 		cfg.Provider = provider.Default
 	}
-	s = &Storage{cfg: cfg, log: cfg.Logger, incarnation: dataplane.RandomID()}
+	s = &Storage{cfg: cfg, log: cfg.Logger}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -104,6 +104,9 @@ func OpenStorage(cfg StorageConfig) (s *Storage, err error) {
 		if s.region, err = openRegion(cfg); err != nil {
 			return nil, err
 		}
+	}
+	if s.incarnation, err = nextIncarnation(s.region, cfg.Now()); err != nil {
+		return nil, err
 	}
 	info := s.region.Info()
 	s.log.Info("pmem region open", "path", info.Path, "mode", info.Mode, "domain", info.Domain,
@@ -154,8 +157,24 @@ func openRegion(cfg StorageConfig) (*pmem.Region, error) {
 	return region, nil
 }
 
-// Incarnation is this node process's incarnation: random, non-zero, new
-// at every start.
+// incarnationRoot is the region root word that holds the node's last
+// incarnation.
+const incarnationRoot = pmem.NumRoots - 1
+
+// nextIncarnation gives this process its incarnation: the clock in
+// nanoseconds, or one more than the last one if the clock went back, so
+// incarnations of a node only grow (peers fence older ones). It is
+// recorded in the region before anything is served.
+func nextIncarnation(r *pmem.Region, now time.Time) (uint64, error) {
+	inc := max(uint64(now.UnixNano()), r.Root(incarnationRoot)+1)
+	if err := r.Store8(r.RootOffset(incarnationRoot), inc); err != nil {
+		return 0, fmt.Errorf("pmem region: record the node's incarnation: %w", err)
+	}
+	return inc, nil
+}
+
+// Incarnation is this node process's incarnation: non-zero, larger than
+// every earlier process's on this region.
 func (s *Storage) Incarnation() uint64 { return s.incarnation }
 
 // RDMAAddr is where clients and peers connect.
