@@ -31,6 +31,25 @@ type Memory struct {
 	ns   *memNS
 	data *memData
 	log  eventLog
+	cmap *cluster.Map
+}
+
+// memPartitions is the partition count of Memory's map. Its inode
+// numbers carry their partition as a cluster's do.
+const memPartitions = 16
+
+// memMap is Memory's cluster map: one node, "memory", owning every
+// partition, never changing.
+type memMap struct{ m *cluster.Map }
+
+func (s memMap) Current() *cluster.Map { return s.m }
+
+func (s memMap) Watch(ctx context.Context, since uint64) (*cluster.Map, error) {
+	if s.m.Epoch > since {
+		return s.m, nil
+	}
+	<-ctx.Done()
+	return s.m, ctx.Err()
 }
 
 // NewMemory returns an empty in-memory cluster (a root directory, mode
@@ -39,7 +58,12 @@ func NewMemory(now func() time.Time) *Memory {
 	if now == nil {
 		now = time.Now
 	}
-	m := &Memory{}
+	m := &Memory{cmap: &cluster.Map{ClusterID: "memory", Epoch: 1,
+		Nodes:      []cluster.NodeInfo{{ID: "memory", State: cluster.StateUp}},
+		Partitions: make([]cluster.NodeID, memPartitions)}}
+	for i := range m.cmap.Partitions {
+		m.cmap.Partitions[i] = "memory"
+	}
 	m.ns = newMemNS(now, &m.log)
 	m.data = newMemData(&m.log)
 	m.ns.data = m.data
@@ -61,7 +85,7 @@ func (m *Memory) Client(cfg Config) *Client {
 		panic(err) // unreachable: the two required fields are set above
 	}
 	c := newClient(cfg)
-	c.ns, c.data = memSession{m.ns, c.id}, m.data
+	c.ns, c.data, c.maps = memSession{m.ns, c.id}, m.data, memMap{m.cmap}
 	c.shutdown = func() error {
 		opens := make(map[uint64]int)
 		c.opens.mu.Lock()
@@ -288,7 +312,7 @@ func (f *memNS) add(cred Cred, parent uint64, name string, mode uint32, rdev uin
 		return nil, syscall.EEXIST
 	}
 	t := f.now()
-	ino := cluster.InodeNumber(cluster.PartitionForName(parent, name, 16), f.next)
+	ino := cluster.InodeNumber(cluster.PartitionForName(parent, name, memPartitions), f.next)
 	f.next++
 	n := &memNode{attr: Attr{Ino: ino, Gen: 1, Mode: mode, Nlink: 1, UID: cred.UID, GID: cred.GID, Rdev: rdev,
 		Atime: t, Mtime: t, Ctime: t, Btime: t}, target: target}

@@ -1,6 +1,10 @@
 package client
 
 import (
+	"context"
+	"syscall"
+
+	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/dpclient"
 	dpwire "github.com/octofs/octofs/dataplane/wire"
 	"github.com/octofs/octofs/metadata/wire"
@@ -54,4 +58,19 @@ func opName(op uint16) string {
 		return wire.Op(op).String()
 	}
 	return dpwire.Op(op).String()
+}
+
+// Ping sends one null request to node's namespace service and waits for
+// the answer: a round trip through the RPC layer and the service's
+// dispatch, nothing else. Benchmarks compare operations with it.
+func (c *Client) Ping(ctx context.Context, node cluster.NodeID) error {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err == nil {
+		if c.remote == nil {
+			return syscall.ENOTSUP
+		}
+		err = c.remote.md.Null(octx, node)
+	}
+	return c.fail(ctx, "null", err)
 }

@@ -21,6 +21,7 @@ still gives comparable numbers.`,
 	// Subcommands: bench rdma (bench_rdma.go), bench pmem (bench_pmem.go).
 	cmd.AddCommand(newBenchRDMACmd())
 	cmd.AddCommand(newBenchPmemCmd())
+	cmd.AddCommand(newBenchMetaCmd())
 	return cmd
 }
 
