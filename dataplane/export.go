@@ -121,9 +121,10 @@ func StartExport(cfg ExportConfig) (e *Export, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	e = &Export{cfg: cfg, log: log, conns: make(map[*rdma.Conn]struct{})}
+	started := e // the named result is nil once an error is returned
 	defer func() {
 		if err != nil {
-			e.release()
+			started.release()
 		}
 	}()
 	if e.pd, err = cfg.Device.AllocPD(); err != nil {
