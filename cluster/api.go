@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,7 @@ func (n *Node) startAdmin() {
 	handle("POST "+PathHeartbeat, "heartbeat", n.handleHeartbeat)
 	handle("POST "+PathRemove, "remove", n.handleRemove)
 	handle("POST "+PathDrain, "drain", n.handleDrain)
+	handle("POST "+PathPin, "pin", n.handlePin)
 	handle("GET "+PathHealth, "health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -152,15 +154,30 @@ func DecodeRequest(body io.Reader, v any) error {
 }
 
 func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
+	// Status is public, but a wrong token is still refused, as everywhere.
+	if _, err := n.authorize(r); err != nil {
+		writeError(w, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, n.Status())
 }
 
-// mapView is the map as this caller may see it.
-func mapView(m *Map, authed bool) *Map {
-	if authed {
+// mapView is the map as this caller may see it, marked stale when this
+// node has not caught up with the cluster.
+func (n *Node) mapView(m *Map, authed bool) *Map {
+	reason := n.notCaughtUp()
+	if authed && reason == "" {
 		return m
 	}
-	return m.Redact()
+	if authed {
+		m = m.Clone()
+	} else {
+		m = m.Redact()
+	}
+	if reason != "" {
+		m.Stale, m.StaleReason = true, reason
+	}
+	return m
 }
 
 func (n *Node) handleMap(w http.ResponseWriter, r *http.Request) {
@@ -169,8 +186,11 @@ func (n *Node) handleMap(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, mapView(n.Map(), authed))
+	writeJSON(w, http.StatusOK, n.mapView(n.Map(), authed))
 }
+
+// nodesForwardTimeout bounds asking the leader for the node table.
+const nodesForwardTimeout = 2 * time.Second
 
 func (n *Node) handleNodes(w http.ResponseWriter, r *http.Request) {
 	authed, err := n.authorize(r)
@@ -179,21 +199,28 @@ func (n *Node) handleNodes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The leader knows heartbeat ages: ask it when it is someone else.
+	var stale string
 	if !n.IsLeader() && r.Header.Get(headerForwarded) == "" {
-		if _, addr := n.Leader(); addr != "" {
-			c := NewAdminClient([]string{addr}, "", n.cfg.ClientTLS)
+		leader, addr := n.Leader()
+		if addr == "" {
+			stale = "no leader known to this node; heartbeat ages unknown and the map may be old"
+		} else {
 			var out NodesResponse
-			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-			err := c.do(ctx, http.MethodGet, PathNodes, nil, nil, &out, forwardHeader(r))
+			ctx, cancel := context.WithTimeout(r.Context(), nodesForwardTimeout)
+			err := newAdminClient([]string{addr}, "", n.cfg.ClientTLS, n.peers).do(ctx, http.MethodGet, PathNodes, nil, nil, &out, forwardHeader(r))
 			cancel()
-			c.CloseIdleConnections()
 			if err == nil {
 				writeJSON(w, http.StatusOK, out)
 				return
 			}
+			stale = fmt.Sprintf("could not ask the leader %s: %v; answered from this node's view (heartbeat ages unknown, the map may be old)", leader, err)
+			n.log.Info("nodes: asking the leader failed; answering stale", "leader", addr, "err", err)
 		}
 	}
 	resp := n.Nodes()
+	if stale != "" {
+		resp.Stale, resp.StaleReason = true, stale
+	}
 	if !authed {
 		for i := range resp.Nodes {
 			resp.Nodes[i].Region.RKey = 0
@@ -241,33 +268,40 @@ func (n *Node) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A timeout answers with the current map: the caller compares epochs.
-	writeJSON(w, http.StatusOK, mapView(m, authed))
+	writeJSON(w, http.StatusOK, n.mapView(m, authed))
 }
 
 // leaderWrite runs op here if this node leads, and otherwise forwards the
-// request to the leader once; if that fails it answers with the leader hint.
-func (n *Node) leaderWrite(w http.ResponseWriter, r *http.Request, body any, op func(ctx context.Context) (*Map, error)) {
-	m, err := op(r.Context())
+// request to the leader once, bounded by ForwardTimeout. If the leader
+// does not answer, the caller hears which leader and why
+// (*LeaderUnreachableError), and may retry: the other voters elect a new
+// leader if it stays silent.
+func (n *Node) leaderWrite(w http.ResponseWriter, r *http.Request, body any, op func(ctx context.Context) (any, error)) {
+	res, err := op(r.Context())
 	var nl *NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderAdminAddr != "" && r.Header.Get(headerForwarded) == "" {
-		c := NewAdminClient([]string{nl.LeaderAdminAddr}, "", n.cfg.ClientTLS)
-		var out Map
-		ferr := c.do(r.Context(), http.MethodPost, r.URL.Path, nil, body, &out, forwardHeader(r))
-		c.CloseIdleConnections()
+		ctx, cancel := context.WithTimeout(r.Context(), n.cfg.ForwardTimeout)
+		var out json.RawMessage
+		c := newAdminClient([]string{nl.LeaderAdminAddr}, "", n.cfg.ClientTLS, n.peers)
+		ferr := c.doAttempt(ctx, n.cfg.ForwardTimeout, http.MethodPost, r.URL.Path, r.URL.Query(), body, &out, forwardHeader(r))
+		cancel()
 		if ferr == nil {
-			writeJSON(w, http.StatusOK, &out)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(out)
 			return
 		}
-		n.log.Info("forwarding to leader failed; answering with a leader hint", "leader", nl.LeaderAdminAddr, "err", ferr)
-		if !errors.Is(ferr, ErrUnreachable) {
-			err = ferr
+		if tryNext(ferr) {
+			n.log.Warn("forwarding to the leader failed", "leader", nl.LeaderID, "addr", nl.LeaderAdminAddr, "err", ferr)
+			ferr = &LeaderUnreachableError{LeaderID: nl.LeaderID, LeaderAddr: nl.LeaderAdminAddr, Cause: ferr}
 		}
+		err = ferr
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, res)
 }
 
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
@@ -279,7 +313,7 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	n.leaderWrite(w, r, req, func(ctx context.Context) (*Map, error) { return n.Join(ctx, req) })
+	n.leaderWrite(w, r, req, func(ctx context.Context) (any, error) { return n.Join(ctx, req) })
 }
 
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
@@ -287,7 +321,15 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := NodeID(r.PathValue("id"))
-	n.leaderWrite(w, r, nil, func(ctx context.Context) (*Map, error) { return n.Remove(ctx, id) })
+	force := false
+	if v := r.URL.Query().Get(queryForceLoseData); v != "" {
+		var err error
+		if force, err = strconv.ParseBool(v); err != nil {
+			writeError(w, fmt.Errorf("%w: %s=%q", ErrBadRequest, queryForceLoseData, v))
+			return
+		}
+	}
+	n.leaderWrite(w, r, nil, func(ctx context.Context) (any, error) { return n.remove(ctx, id, force) })
 }
 
 func (n *Node) handleDrain(w http.ResponseWriter, r *http.Request) {
@@ -295,7 +337,28 @@ func (n *Node) handleDrain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := NodeID(r.PathValue("id"))
-	n.leaderWrite(w, r, nil, func(ctx context.Context) (*Map, error) { return n.Drain(ctx, id) })
+	n.leaderWrite(w, r, nil, func(ctx context.Context) (any, error) { return n.Drain(ctx, id) })
+}
+
+func (n *Node) handlePin(w http.ResponseWriter, r *http.Request) {
+	if !n.requireToken(w, r) {
+		return
+	}
+	p, err := strconv.ParseUint(r.PathValue("p"), 10, 32)
+	if err != nil {
+		writeError(w, fmt.Errorf("%w: partition %q", ErrBadRequest, r.PathValue("p")))
+		return
+	}
+	var req PinRequest
+	if err := DecodeRequest(r.Body, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if !ValidNodeID(req.Node) {
+		writeError(w, fmt.Errorf("%w: pin needs the owner's node id", ErrBadRequest))
+		return
+	}
+	n.leaderWrite(w, r, req, func(ctx context.Context) (any, error) { return n.pin(ctx, uint32(p), req.Node) })
 }
 
 func (n *Node) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
@@ -315,29 +378,45 @@ func (n *Node) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// handleSelfJoin tells a node that has no cluster state to join. A node
-// that has no token yet adopts the caller's (trust on first use; such a
-// node holds no data and no map); one that has a token requires it.
+// handleSelfJoin tells a node that has no cluster state to join. Such a
+// node holds no map yet, but joining binds it (and its region) to a
+// cluster for good, so it must not obey whoever reaches its admin port
+// first: a node started with the cluster's token accepts only that token;
+// one started without accepts a caller that presents its join secret (in
+// <data-dir>/join-secret on the node, or given at its start) and adopts
+// the caller's token for the join, forgetting it if the cluster refuses.
 func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
+	if n.joined.Load() {
+		if n.requireToken(w, r) {
+			writeError(w, fmt.Errorf("%w: node %s is already a cluster member", ErrBadRequest, n.id))
+		}
+		return
+	}
 	got := bearer(r)
 	if got == "" {
-		writeError(w, ErrUnauthorized)
+		writeError(w, fmt.Errorf("%w: telling a node to join needs the cluster token", ErrUnauthorized))
 		return
 	}
 	n.tokenMu.Lock()
 	switch {
-	case n.token == "":
-		n.token = got
-	case !TokensEqual(n.token, got):
+	case n.cfg.Token != "":
+		if !TokensEqual(n.cfg.Token, got) {
+			n.tokenMu.Unlock()
+			n.log.Warn("refused a join order with another cluster's token", "remote", r.RemoteAddr)
+			writeError(w, fmt.Errorf("%w: node %s was started with its cluster's token and joins only with that token", ErrUnauthorized, n.id))
+			return
+		}
+	case !TokensEqual(n.joinSecret, r.Header.Get(headerJoinSecret)):
 		n.tokenMu.Unlock()
-		writeError(w, ErrUnauthorized)
+		n.log.Warn("refused a join order without this node's join secret", "remote", r.RemoteAddr)
+		writeError(w, fmt.Errorf("%w: node %s waits to be added and obeys only a caller with its join secret "+
+			"(in %s on that node, or the one it was started with): pass --join-secret-file",
+			ErrUnauthorized, n.id, filepath.Join(n.cfg.DataDir, JoinSecretFile)))
 		return
+	default:
+		n.token = got
 	}
 	n.tokenMu.Unlock()
-	if n.joined.Load() {
-		writeError(w, fmt.Errorf("%w: node %s is already a cluster member", ErrBadRequest, n.id))
-		return
-	}
 	var req SelfJoinRequest
 	if err := DecodeRequest(r.Body, &req); err != nil {
 		writeError(w, err)
@@ -347,9 +426,10 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: no member addresses", ErrBadRequest))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), selfJoinTimeout)
 	defer cancel()
-	if err := n.joinCluster(ctx, req.Members); err != nil {
+	m, err := n.joinVia(ctx, req.Members)
+	if err != nil {
 		if !n.joined.Load() {
 			// Forget an adopted token that the cluster refused.
 			n.tokenMu.Lock()
@@ -361,5 +441,9 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, n.Status())
+	resp := SelfJoinResponse{NodeID: n.id, ClusterID: m.ClusterID, Epoch: m.Epoch, Via: strings.Join(req.Members, ",")}
+	if info, ok := m.Node(n.id); ok {
+		resp.State = info.State
+	}
+	writeJSON(w, http.StatusOK, resp)
 }

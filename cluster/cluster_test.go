@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -97,9 +98,9 @@ func (tc *testCluster) config(id NodeID) Config {
 		HeartbeatInterval:      50 * time.Millisecond,
 		DownAfter:              1500 * time.Millisecond,
 		ApplyTimeout:           3 * time.Second,
-		RaftHeartbeatTimeout:   200 * time.Millisecond,
-		RaftElectionTimeout:    200 * time.Millisecond,
-		RaftLeaderLeaseTimeout: 100 * time.Millisecond,
+		RaftHeartbeatTimeout:   500 * time.Millisecond,
+		RaftElectionTimeout:    500 * time.Millisecond,
+		RaftLeaderLeaseTimeout: 400 * time.Millisecond,
 		RaftCommitTimeout:      5 * time.Millisecond,
 		Region:                 RegionDescriptor{UUID: "region-" + string(id), Length: 1 << 20, RKey: 0xbeef},
 		Logger:                 tc.log,
@@ -506,36 +507,62 @@ func TestSelfJoinThroughAdminAPI(t *testing.T) {
 	idle := tc.start(tc.config("idle"), "")
 	require.False(t, idle.Status().Joined)
 	ctx := context.Background()
+	secret, err := ReadTokenFile(filepath.Join(tc.dirs["idle"], JoinSecretFile))
+	require.NoError(t, err)
+	requireMode(t, filepath.Join(tc.dirs["idle"], JoinSecretFile), 0o600)
 
-	// Wrong token: the cluster refuses, the idle node stays idle.
-	err := tc.client(idle, "wrong").SelfJoin(ctx, []string{n1.AdminAddr()})
+	// The right token without the join secret: refused, and said why.
+	_, err = tc.client(idle, n1.Token()).SelfJoin(ctx, []string{n1.AdminAddr()})
+	require.ErrorIs(t, err, ErrUnauthorized)
+	require.Contains(t, err.Error(), "join secret")
+	require.False(t, idle.Status().Joined)
+
+	// The secret with a wrong token: the cluster refuses, the node stays
+	// idle and forgets the token.
+	c := tc.client(idle, "wrong")
+	c.SetJoinSecret(secret)
+	_, err = c.SelfJoin(ctx, []string{n1.AdminAddr()})
 	require.ErrorIs(t, err, ErrUnauthorized)
 	require.False(t, idle.Status().Joined)
 	require.Empty(t, idle.Token())
 
-	require.NoError(t, tc.client(idle, n1.Token()).SelfJoin(ctx, []string{n1.AdminAddr()}))
+	c = tc.client(idle, n1.Token())
+	c.SetJoinSecret(secret)
+	r, err := c.SelfJoin(ctx, []string{n1.AdminAddr()})
+	require.NoError(t, err)
+	require.Equal(t, SelfJoinResponse{NodeID: "idle", ClusterID: n1.Map().ClusterID, State: StateJoining, Epoch: r.Epoch, Via: n1.AdminAddr()}, *r)
 	tc.waitFor("idle node up", func() bool { return tc.converged(2) })
 	tok, err := loadToken(tc.dirs["idle"])
 	require.NoError(t, err)
 	require.Equal(t, n1.Token(), tok)
-	err = tc.client(idle, n1.Token()).SelfJoin(ctx, []string{n1.AdminAddr()})
+	_, err = c.SelfJoin(ctx, []string{n1.AdminAddr()})
 	require.ErrorIs(t, err, ErrBadRequest, "a member cannot be told to join again")
 }
 
 func TestStartErrors(t *testing.T) {
 	tc := newTestCluster(t)
 	n1 := tc.bootstrap("n1")
-	for name, tweak := range map[string]func(*Config){
-		"bad node id":         func(c *Config) { c.ID = "bad id!" },
-		"data dir of another": func(c *Config) { c.DataDir = tc.dirs["n1"]; c.ID = "other" },
-		"no data dir":         func(c *Config) { c.DataDir = "" },
+	stopped := tc.start(tc.config("stopped"), "")
+	tc.crash(stopped)
+	for name, tc2 := range map[string]struct {
+		tweak func(*Config)
+		want  error
+	}{
+		"bad node id":         {func(c *Config) { c.ID = "bad id!" }, ErrBadRequest},
+		"data dir of another": {func(c *Config) { c.DataDir = tc.dirs["stopped"]; c.ID = "other" }, ErrBadRequest},
+		"data dir in use":     {func(c *Config) { c.DataDir = tc.dirs["n1"]; c.ID = "n1" }, ErrDataDirInUse},
+		"no data dir":         {func(c *Config) { c.DataDir = "" }, ErrBadRequest},
+		"too many partitions": {func(c *Config) { c.Partitions = 70000 }, ErrBadRequest},
+		"bootstrap and join":  {func(c *Config) { c.Bootstrap = true; c.Join = []string{"x:1"} }, ErrBadRequest},
+		"down before a beat":  {func(c *Config) { c.DownAfter = c.HeartbeatInterval }, ErrBadRequest},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := tc.config(NodeID(fmt.Sprintf("x%d", len(name))))
-			tweak(&cfg)
+			tc2.tweak(&cfg)
 			cfg.AdminAddr, cfg.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
 			_, err := Start(cfg)
-			require.ErrorIs(t, err, ErrBadRequest)
+			require.ErrorIs(t, err, tc2.want)
+			t.Logf("%s: %v", name, err)
 		})
 	}
 	// A join with the wrong token is refused and reported through Done.
@@ -569,8 +596,8 @@ func TestRestartFromSnapshot(t *testing.T) {
 	tc.crash(n2)
 
 	n1 = tc.start(tc.config("n1"), addr)
-	require.Contains(t, tc.logs.String(), "map restored from snapshot")
-	// Alone it has no quorum, but its FSM already holds the map.
-	tc.waitFor("map restored", func() bool { return n1.Map().Epoch == want.Epoch })
+	require.Contains(t, tc.logs.String(), "loaded the saved cluster map")
+	// Alone it has no quorum, but its FSM already holds the map, at once.
 	require.Equal(t, want, n1.Map())
+	require.False(t, n1.Status().CaughtUp)
 }

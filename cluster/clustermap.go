@@ -74,9 +74,19 @@ type Map struct {
 	Nodes []NodeInfo `json:"nodes"`
 	// Partitions[p] is the node that owns partition p.
 	Partitions []NodeID `json:"partitions"`
+	// Pinned lists, in increasing order, the partitions that hold
+	// file-system data on their owner. A pinned partition never changes
+	// owner: partitions cannot yet move with their data, so moving its
+	// ownership would strand the data (see PinPartition).
+	Pinned []uint32 `json:"pinned,omitempty"`
 	// Redacted is true when region keys were removed for an unauthenticated
 	// reader. A redacted map must not be used for data access.
 	Redacted bool `json:"redacted,omitempty"`
+	// Stale is set on an answer from a node that has not caught up with
+	// the cluster (no leader in reach): the map may be older than the
+	// cluster's. StaleReason says why. Neither is part of raft's state.
+	Stale       bool   `json:"stale,omitempty"`
+	StaleReason string `json:"stale_reason,omitempty"`
 }
 
 // Initialized reports whether the map was created (by the first leader).
@@ -115,11 +125,40 @@ func (m *Map) PartitionCounts() map[NodeID]int {
 	return c
 }
 
+// IsPinned reports whether partition p holds file-system data on its owner.
+func (m *Map) IsPinned(p uint32) bool {
+	_, ok := slices.BinarySearch(m.Pinned, p)
+	return ok
+}
+
+// PinnedCounts returns how many pinned partitions each node owns.
+func (m *Map) PinnedCounts() map[NodeID]int {
+	c := make(map[NodeID]int)
+	for _, p := range m.Pinned {
+		if int(p) < len(m.Partitions) {
+			c[m.Partitions[p]]++
+		}
+	}
+	return c
+}
+
+// PinnedOf returns the pinned partitions node id owns, in increasing order.
+func (m *Map) PinnedOf(id NodeID) []uint32 {
+	var out []uint32
+	for _, p := range m.Pinned {
+		if int(p) < len(m.Partitions) && m.Partitions[p] == id {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Clone returns a deep copy.
 func (m *Map) Clone() *Map {
 	c := *m
 	c.Nodes = slices.Clone(m.Nodes)
 	c.Partitions = slices.Clone(m.Partitions)
+	c.Pinned = slices.Clone(m.Pinned)
 	return &c
 }
 
@@ -134,10 +173,11 @@ func (m *Map) Redact() *Map {
 }
 
 // Validate checks the map's invariants: nodes sorted and unique with valid
-// states, and every partition owned by a node that may own partitions.
+// states, every partition owned by a node that may own partitions, and the
+// pinned list sorted, unique and within the table.
 func (m *Map) Validate() error {
 	if m.Epoch == 0 {
-		if len(m.Nodes) != 0 || len(m.Partitions) != 0 {
+		if len(m.Nodes) != 0 || len(m.Partitions) != 0 || len(m.Pinned) != 0 {
 			return fmt.Errorf("%w: uninitialized map with content", ErrMalformed)
 		}
 		return nil
@@ -163,6 +203,14 @@ func (m *Map) Validate() error {
 		}
 		if !n.State.ownsPartitions() {
 			return fmt.Errorf("%w: partition %d owned by node %q in state %s", ErrMalformed, p, id, n.State)
+		}
+	}
+	for i, p := range m.Pinned {
+		if int(p) >= len(m.Partitions) {
+			return fmt.Errorf("%w: pinned partition %d of %d", ErrMalformed, p, len(m.Partitions))
+		}
+		if i > 0 && m.Pinned[i-1] >= p {
+			return fmt.Errorf("%w: pinned partitions not sorted or duplicated at %d", ErrMalformed, p)
 		}
 	}
 	return nil

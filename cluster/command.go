@@ -7,12 +7,20 @@ import (
 	"slices"
 )
 
-// CommandVersion is the version of the FSM command format and of the
-// semantics of applying it (including the rebalance rule). A replica that
-// receives a newer version refuses the command without changing its map,
-// so mixed-version clusters must upgrade every node before a leader starts
-// writing a new version.
-const CommandVersion = 1
+// CommandVersion is the newest version of the FSM command format and of
+// the semantics of applying it (including the rebalance rule) that this
+// build reads and writes. A replica that receives a newer version refuses
+// the command without changing its map, so mixed-version clusters must
+// upgrade every node before a leader starts writing a new version.
+//
+// Version 2 added pin and remove's force flag, and made rebalancing leave
+// pinned partitions in place. A command is stamped with the oldest version
+// that expresses it (see minVersion), so a cluster that never pins keeps
+// writing version 1, which builds before version 2 still read.
+const CommandVersion = 2
+
+// oldestCommandVersion is the oldest version this build still reads.
+const oldestCommandVersion = 1
 
 // CommandType names an FSM command.
 type CommandType string
@@ -31,6 +39,8 @@ const (
 	CmdRemove CommandType = "remove"
 	// CmdUpdateNode replaces a node's addresses and region descriptor.
 	CmdUpdateNode CommandType = "update_node"
+	// CmdPin pins a partition to its owner (version 2).
+	CmdPin CommandType = "pin"
 )
 
 // Command is one entry of the raft log. Exactly the payload field matching
@@ -43,6 +53,16 @@ type Command struct {
 	Node     *NodeInfo        `json:"node,omitempty"`      // add_node, update_node
 	SetState *SetStateCommand `json:"set_state,omitempty"` // set_state
 	Target   NodeID           `json:"target,omitempty"`    // drain, remove
+	Pin      *PinCommand      `json:"pin,omitempty"`       // pin
+	// Force, with remove only, removes a node that owns pinned partitions:
+	// their data is lost and they are unpinned and handed to other nodes.
+	Force bool `json:"force,omitempty"`
+}
+
+// PinCommand pins Partition to Node, which must own it.
+type PinCommand struct {
+	Partition uint32 `json:"partition"`
+	Node      NodeID `json:"node"`
 }
 
 // InitCommand creates the cluster map.
@@ -59,13 +79,22 @@ type SetStateCommand struct {
 	Reason string    `json:"reason,omitempty"`
 }
 
-// EncodeCommand encodes c for the raft log, stamping the current version.
+// EncodeCommand encodes c for the raft log, stamping the oldest version
+// that expresses it.
 func EncodeCommand(c Command) ([]byte, error) {
-	c.Version = CommandVersion
+	c.Version = c.minVersion()
 	if err := c.check(); err != nil {
 		return nil, err
 	}
 	return json.Marshal(c)
+}
+
+// minVersion is the oldest command version that has c's type and fields.
+func (c Command) minVersion() int {
+	if c.Type == CmdPin || c.Force {
+		return 2
+	}
+	return 1
 }
 
 // DecodeCommand decodes a raft log entry. It rejects unknown versions
@@ -83,8 +112,8 @@ func DecodeCommand(b []byte) (Command, error) {
 	if head.Version == nil {
 		return Command{}, fmt.Errorf("%w: command without version", ErrMalformed)
 	}
-	if *head.Version != CommandVersion {
-		return Command{}, fmt.Errorf("%w: command version %d, this build reads %d", ErrUnsupportedVersion, *head.Version, CommandVersion)
+	if *head.Version < oldestCommandVersion || *head.Version > CommandVersion {
+		return Command{}, fmt.Errorf("%w: command version %d, this build reads %d to %d", ErrUnsupportedVersion, *head.Version, oldestCommandVersion, CommandVersion)
 	}
 	var c Command
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -98,12 +127,15 @@ func DecodeCommand(b []byte) (Command, error) {
 	if err := c.check(); err != nil {
 		return Command{}, err
 	}
+	if c.Version < c.minVersion() {
+		return Command{}, fmt.Errorf("%w: %s command of version %d needs version %d", ErrMalformed, c.Type, c.Version, c.minVersion())
+	}
 	return c, nil
 }
 
 // check verifies that exactly the payload for Type is present and sane.
 func (c Command) check() error {
-	has := []bool{c.Init != nil, c.Node != nil, c.SetState != nil, c.Target != ""}
+	has := []bool{c.Init != nil, c.Node != nil, c.SetState != nil, c.Target != "", c.Pin != nil}
 	want := -1
 	switch c.Type {
 	case CmdInit:
@@ -114,6 +146,8 @@ func (c Command) check() error {
 		want = 2
 	case CmdDrain, CmdRemove:
 		want = 3
+	case CmdPin:
+		want = 4
 	default:
 		return fmt.Errorf("%w: %q", ErrUnknownCommand, c.Type)
 	}
@@ -121,6 +155,9 @@ func (c Command) check() error {
 		if h != (i == want) {
 			return fmt.Errorf("%w: %s command with wrong payload", ErrMalformed, c.Type)
 		}
+	}
+	if c.Force && c.Type != CmdRemove {
+		return fmt.Errorf("%w: force is for remove only", ErrMalformed)
 	}
 	switch c.Type {
 	case CmdInit:
@@ -137,6 +174,10 @@ func (c Command) check() error {
 	case CmdSetState:
 		if c.SetState.ID == "" || !slices.Contains([]NodeState{StateUp, StateDown}, c.SetState.State) {
 			return fmt.Errorf("%w: set_state to %q (only up or down)", ErrMalformed, c.SetState.State)
+		}
+	case CmdPin:
+		if c.Pin.Node == "" || c.Pin.Partition >= MaxPartitions {
+			return fmt.Errorf("%w: pin needs a node and a partition below %d", ErrMalformed, MaxPartitions)
 		}
 	}
 	return nil
@@ -176,6 +217,9 @@ func applyCommand(m *Map, c Command) (*Map, error) {
 			}
 			return nil, fmt.Errorf("%w: %s", ErrNodeExists, c.Node.ID)
 		}
+		if err := n.checkAddresses(*c.Node); err != nil {
+			return nil, err
+		}
 		info := *c.Node
 		info.State = StateJoining
 		info.StateEpoch = n.Epoch
@@ -191,6 +235,9 @@ func applyCommand(m *Map, c Command) (*Map, error) {
 		old := n.Nodes[i]
 		if old.State == StateRemoved {
 			return nil, fmt.Errorf("%w: %s", ErrNodeRemoved, old.ID)
+		}
+		if err := n.checkAddresses(*c.Node); err != nil {
+			return nil, err
 		}
 		upd := *c.Node
 		upd.State, upd.StateEpoch = old.State, old.StateEpoch
@@ -232,16 +279,63 @@ func applyCommand(m *Map, c Command) (*Map, error) {
 		if from == StateRemoved || from == to {
 			return nil, fmt.Errorf("%w: %s is already %s", ErrBadTransition, c.Target, from)
 		}
+		if pinned := n.PinnedOf(c.Target); len(pinned) > 0 {
+			if !c.Force {
+				return nil, &HoldsDataError{Node: c.Target, Partitions: len(pinned)}
+			}
+			// The data of these partitions is lost with the node: they
+			// become ordinary partitions for rebalance to hand out.
+			n.Pinned = slices.DeleteFunc(n.Pinned, func(p uint32) bool { return n.Partitions[p] == c.Target })
+		}
 		n.Nodes[i].State, n.Nodes[i].StateEpoch = to, n.Epoch
 		if err := n.rebalance(); err != nil {
 			return nil, err
 		}
 		return n, nil
+
+	case CmdPin:
+		p, want := c.Pin.Partition, c.Pin.Node
+		if p >= m.NumPartitions() {
+			return nil, fmt.Errorf("%w: partition %d of %d", ErrBadRequest, p, m.NumPartitions())
+		}
+		if owner := m.Partitions[p]; owner != want {
+			return nil, &NotOwnerError{Partition: p, Owner: owner, Requester: want}
+		}
+		if m.IsPinned(p) {
+			return m, nil // already pinned to its owner: no change, same epoch
+		}
+		i, _ := slices.BinarySearch(n.Pinned, p)
+		n.Pinned = slices.Insert(n.Pinned, i, p)
+		return n, nil
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownCommand, c.Type)
 }
 
-// rebalance reassigns the partition table over the eligible nodes.
+// checkAddresses refuses a node entry whose admin or raft address another
+// member (not removed) uses: raft would reach one node under two ids, and
+// heartbeats and forwarded requests the wrong node. (An RDMA address used
+// twice is a misconfiguration the data path detects: `octoctl probe`
+// checks that each node's region is the one the map names.)
+func (m *Map) checkAddresses(info NodeInfo) error {
+	for _, other := range m.Nodes {
+		if other.ID == info.ID || other.State == StateRemoved {
+			continue
+		}
+		for _, a := range []struct{ what, mine, theirs string }{
+			{"admin", info.AdminAddr, other.AdminAddr},
+			{"raft", info.RaftAddr, other.RaftAddr},
+		} {
+			if a.mine != "" && a.mine == a.theirs {
+				return fmt.Errorf("%w: %s address %s is node %s's; give node %s its own address (or remove %s first if it moved)",
+					ErrAddressInUse, a.what, a.mine, other.ID, info.ID, other.ID)
+			}
+		}
+	}
+	return nil
+}
+
+// rebalance reassigns the unpinned partitions over the eligible nodes;
+// pinned partitions stay where they are.
 func (m *Map) rebalance() error {
 	var eligible []NodeID
 	for _, n := range m.Nodes {
@@ -249,7 +343,7 @@ func (m *Map) rebalance() error {
 			eligible = append(eligible, n.ID)
 		}
 	}
-	t, _, err := rebalance(m.Partitions, eligible)
+	t, _, err := rebalancePinned(m.Partitions, m.Pinned, eligible)
 	if err != nil {
 		return err
 	}

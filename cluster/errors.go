@@ -10,10 +10,14 @@ import (
 var (
 	// ErrNotLeader: the call must run on the leader and this node is not it.
 	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrLeaderUnreachable: a follower could not reach the leader to forward
+	// a request (see LeaderUnreachableError).
+	ErrLeaderUnreachable = errors.New("cluster: the leader does not answer")
 	// ErrNoLeader: no leader is known yet (election in progress or no quorum).
 	ErrNoLeader = errors.New("cluster: no leader yet; wait for the election or check that a majority of voters is running")
 	// ErrUnauthorized: the request had no token or the wrong one.
-	ErrUnauthorized = errors.New("cluster: missing or wrong cluster token; pass --token, --token-file or OCTOFS_TOKEN (the token is in <data-dir>/token on any node)")
+	// Its text names no flag: each program adds how to give the token.
+	ErrUnauthorized = errors.New("cluster: missing or wrong cluster token (the token is in <data-dir>/token on any member)")
 	// ErrUnknownNode: the node id is not in the map.
 	ErrUnknownNode = errors.New("cluster: unknown node; list the nodes with `octoctl nodes`")
 	// ErrNodeExists: a different node already uses this id.
@@ -38,12 +42,77 @@ var (
 	// told neither to bootstrap nor to join.
 	ErrNoState = errors.New("cluster: no cluster state in the data directory")
 	// ErrUnreachable: no admin server answered.
-	ErrUnreachable = errors.New("cluster: cannot reach the admin server; check --server (or OCTOFS_ADMIN) and that `octofs serve` runs there")
+	// Like ErrUnauthorized, its text names no flag.
+	ErrUnreachable = errors.New("cluster: cannot reach the admin server")
 	// ErrClosed: the node is shut down.
 	ErrClosed = errors.New("cluster: node is shut down")
 	// ErrBadRequest: the request is invalid.
 	ErrBadRequest = errors.New("cluster: bad request")
+	// ErrAddressInUse: a join or update names an address another member uses.
+	ErrAddressInUse = errors.New("cluster: address used by another member")
+	// ErrNotOwner: a partition is owned by another node than the caller
+	// (see NotOwnerError for the owner).
+	ErrNotOwner = errors.New("cluster: partition owned by another node")
+	// ErrHoldsData: the node owns pinned partitions, whose data cannot move
+	// yet (see HoldsDataError).
+	ErrHoldsData = errors.New("cluster: node holds file-system data")
+	// ErrNotCaughtUp: the answering node cannot reach a leader, so its
+	// view of the cluster may be old.
+	ErrNotCaughtUp = errors.New("cluster: node has not caught up with the cluster")
+	// ErrDataDirInUse: another process holds the data directory.
+	ErrDataDirInUse = errors.New("cluster: data directory in use")
 )
+
+// LeaderUnreachableError is a follower's answer when forwarding to the
+// leader failed: it names the leader and the cause. The request was not
+// applied by this leader unless it comes back, and the other voters elect
+// a new one if it stays silent; clients retry.
+type LeaderUnreachableError struct {
+	LeaderID   NodeID
+	LeaderAddr string
+	Cause      error
+}
+
+func (e *LeaderUnreachableError) Error() string {
+	return fmt.Sprintf("cluster: the leader %s at %s does not answer (%v); the other voters elect a new leader if it stays silent: retry in a few seconds",
+		e.LeaderID, e.LeaderAddr, e.Cause)
+}
+
+// Unwrap makes errors.Is(err, ErrLeaderUnreachable) true.
+func (e *LeaderUnreachableError) Unwrap() error { return ErrLeaderUnreachable }
+
+// NotOwnerError refuses a partition operation by a node that does not own
+// the partition; it names the owner so the caller can reload its map.
+type NotOwnerError struct {
+	Partition uint32
+	Owner     NodeID
+	Requester NodeID
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("cluster: partition %d is owned by %s, not %s; reload the map and send the request to %s", e.Partition, e.Owner, e.Requester, e.Owner)
+}
+
+// Unwrap makes errors.Is(err, ErrNotOwner) true.
+func (e *NotOwnerError) Unwrap() error { return ErrNotOwner }
+
+// HoldsDataError refuses to drain or remove a node that owns pinned
+// partitions: their file-system data lives only on that node and
+// partitions cannot move with their data yet.
+type HoldsDataError struct {
+	Node       NodeID
+	Partitions int
+}
+
+func (e *HoldsDataError) Error() string {
+	return fmt.Sprintf("cluster: node %s holds file-system data in %d partitions; moving partitions with their data is not built yet; "+
+		"keep %s in the cluster (restart it if it is down), or, if it is gone for good, remove it with "+
+		"`octoctl remove %s --force-lose-data`, which loses the files stored in those %d partitions",
+		e.Node, e.Partitions, e.Node, e.Node, e.Partitions)
+}
+
+// Unwrap makes errors.Is(err, ErrHoldsData) true.
+func (e *HoldsDataError) Unwrap() error { return ErrHoldsData }
 
 // NotLeaderError is returned by leader-only calls on a follower. It names the
 // leader when one is known, so callers can retry there.

@@ -42,8 +42,10 @@ func mustApply(t *testing.T, m *Map, c Command) *Map {
 	return n
 }
 
+// info is a node entry with addresses of its own (a host per node id).
 func info(id NodeID) NodeInfo {
-	return NodeInfo{ID: id, AdminAddr: "127.0.0.1:7400", RaftAddr: "127.0.0.1:7401", RDMAAddr: "127.0.0.1:7402",
+	host := "host-" + string(id)
+	return NodeInfo{ID: id, AdminAddr: host + ":7400", RaftAddr: host + ":7401", RDMAAddr: host + ":7402",
 		Region: RegionDescriptor{UUID: "uuid-" + string(id), Base: 0x7f0000000000, Length: 1 << 30, RKey: 0x1234}}
 }
 
@@ -141,7 +143,13 @@ func TestDecodeCommandRejects(t *testing.T) {
 	}{
 		"not json":         {`{`, ErrMalformed},
 		"no version":       {`{"type":"drain","target":"a"}`, ErrMalformed},
-		"future version":   {`{"v":2,"type":"drain","target":"a"}`, ErrUnsupportedVersion},
+		"future version":   {`{"v":3,"type":"drain","target":"a"}`, ErrUnsupportedVersion},
+		"version zero":     {`{"v":0,"type":"drain","target":"a"}`, ErrUnsupportedVersion},
+		"pin in version 1": {`{"v":1,"type":"pin","pin":{"partition":1,"node":"a"}}`, ErrMalformed},
+		"force in v1":      {`{"v":1,"type":"remove","target":"a","force":true}`, ErrMalformed},
+		"force on drain":   {`{"v":2,"type":"drain","target":"a","force":true}`, ErrMalformed},
+		"pin no node":      {`{"v":2,"type":"pin","pin":{"partition":1,"node":""}}`, ErrMalformed},
+		"pin too far":      {`{"v":2,"type":"pin","pin":{"partition":65536,"node":"a"}}`, ErrMalformed},
 		"unknown type":     {`{"v":1,"type":"explode"}`, ErrUnknownCommand},
 		"unknown field":    {`{"v":1,"type":"drain","target":"a","x":1}`, ErrMalformed},
 		"wrong payload":    {`{"v":1,"type":"drain","node":{"id":"a"}}`, ErrMalformed},
@@ -195,28 +203,42 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	m = mustApply(t, m, Command{Type: CmdSetState, SetState: &SetStateCommand{ID: "n2", State: StateDown}})
 	m = mustApply(t, m, Command{Type: CmdDrain, Target: "n3"})
 	m.ClusterID = "octofs-golden"
+	// Version 1 had no pinned partitions; version 2 writes them.
+	v1 := m.Clone()
+	for i := range v1.Nodes {
+		v1.Nodes[i].AdminAddr, v1.Nodes[i].RaftAddr, v1.Nodes[i].RDMAAddr = "127.0.0.1:7400", "127.0.0.1:7401", "127.0.0.1:7402"
+	}
+	m = mustApply(t, m, Command{Type: CmdPin, Pin: &PinCommand{Partition: 3, Node: m.Partitions[3]}})
+	m = mustApply(t, m, Command{Type: CmdPin, Pin: &PinCommand{Partition: 1, Node: m.Partitions[1]}})
 
 	// Through the FSM's own Snapshot/Persist/Restore path.
 	f := newFSM(slog.New(slog.DiscardHandler))
-	f.set(m)
+	f.publish(m, 42)
 	snap, err := f.Snapshot()
 	require.NoError(t, err)
 	sink := &memSink{}
 	require.NoError(t, snap.Persist(sink))
 	require.True(t, sink.closed)
-	golden(t, "snapshot-v1.golden", sink.Bytes())
+	golden(t, "snapshot-v2.golden", sink.Bytes())
 
 	g := newFSM(slog.New(slog.DiscardHandler))
 	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
 	got, _ := g.current()
 	require.Equal(t, m, got)
+	require.Equal(t, uint64(42), g.index.Load())
+	require.Equal(t, []uint32{1, 3}, got.Pinned)
 
-	// The golden file written by an earlier build must still restore.
+	// The golden file written by an earlier build must still restore,
+	// with nothing pinned.
 	old, err := os.ReadFile(filepath.Join("testdata", "snapshot-v1.golden"))
 	require.NoError(t, err)
 	fromDisk, err := DecodeSnapshot(old)
 	require.NoError(t, err)
-	require.Equal(t, m, fromDisk)
+	require.Equal(t, v1, fromDisk)
+	require.Empty(t, fromDisk.Pinned)
+	h := newFSM(slog.New(slog.DiscardHandler))
+	require.NoError(t, h.Restore(io.NopCloser(bytes.NewReader(old))))
+	require.Zero(t, h.index.Load(), "a version 1 snapshot does not know its index")
 }
 
 func TestDecodeSnapshotRejects(t *testing.T) {
@@ -238,8 +260,15 @@ func TestDecodeSnapshotRejects(t *testing.T) {
 	}{
 		"garbage":       {"xx", ErrMalformed},
 		"wrong format":  {mutate(func(m map[string]any) { m["format"] = "other" }), ErrMalformed},
-		"newer version": {mutate(func(m map[string]any) { m["version"] = 2 }), ErrUnsupportedVersion},
-		"no map":        {mutate(func(m map[string]any) { delete(m, "map") }), ErrMalformed},
+		"newer version": {mutate(func(m map[string]any) { m["version"] = 3 }), ErrUnsupportedVersion},
+		"pinned in v1": {mutate(func(m map[string]any) {
+			m["version"] = 1
+			m["map"].(map[string]any)["pinned"] = []any{0}
+		}), ErrMalformed},
+		"pinned unsorted": {mutate(func(m map[string]any) { m["map"].(map[string]any)["pinned"] = []any{2, 1} }), ErrMalformed},
+		"pinned too far":  {mutate(func(m map[string]any) { m["map"].(map[string]any)["pinned"] = []any{4} }), ErrMalformed},
+		"stale":           {mutate(func(m map[string]any) { m["map"].(map[string]any)["stale"] = true }), ErrMalformed},
+		"no map":          {mutate(func(m map[string]any) { delete(m, "map") }), ErrMalformed},
 		"bad owner": {mutate(func(m map[string]any) {
 			m["map"].(map[string]any)["partitions"].([]any)[0] = "ghost"
 		}), ErrMalformed},

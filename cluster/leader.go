@@ -248,25 +248,54 @@ func (n *Node) supervise() {
 			}
 		}
 	}
-	// Promotion.
-	var candidates []NodeID
+	// Promotion: caught-up owning non-voters fill the seats up to
+	// MaxVoters, counting only voters that are not draining; a draining
+	// voter gives its seat up once enough others vote, so the cluster
+	// never has fewer voters than before the drain.
+	var candidates, draining []NodeID
+	healthy := 0
 	for id, s := range inConfig {
 		info, ok := m.Node(id)
-		if s.Suffrage == raft.Nonvoter && ok && info.State == StateUp && caughtUp(beats[id]) {
+		switch {
+		case s.Suffrage == raft.Voter && ok && info.State == StateDraining:
+			draining = append(draining, id)
+		case s.Suffrage == raft.Voter:
+			healthy++
+		case s.Suffrage == raft.Nonvoter && ok && info.State == StateUp && caughtUp(beats[id]):
 			candidates = append(candidates, id)
 		}
 	}
 	slices.Sort(candidates)
+	slices.Sort(draining)
 	for _, id := range candidates {
-		if voters >= n.cfg.MaxVoters {
+		if healthy >= n.cfg.MaxVoters {
 			break
 		}
 		n.log.Info("promoting caught-up non-voter to voter", "id", id, "voters", voters+1)
 		if err := n.raft.AddVoter(raft.ServerID(id), inConfig[id].Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
 			n.log.Warn("promote", "id", id, "err", err)
-			break
+			return
 		}
 		voters++
+		healthy++
+	}
+	for _, id := range draining {
+		if healthy < n.cfg.MaxVoters {
+			break
+		}
+		if id == n.id {
+			// The new leader takes the seat away.
+			n.log.Info("draining leader hands over leadership to give up its voter seat")
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("leadership transfer", "err", err)
+			}
+			return
+		}
+		n.log.Info("draining voter gives up its seat", "id", id)
+		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			n.log.Warn("demote draining voter", "id", id, "err", err)
+			return
+		}
 	}
 }
 
@@ -298,16 +327,11 @@ func (n *Node) recordHeartbeat(req HeartbeatRequest) (HeartbeatResponse, error) 
 func (n *Node) heartbeatLoop() {
 	t := time.NewTicker(n.cfg.HeartbeatInterval)
 	defer t.Stop()
-	// One client per leader, so heartbeats reuse its connection (and TLS
-	// session) instead of dialing every interval. The token does not change
-	// once the node has joined.
+	// Heartbeats go through the node's connection pool, so they reuse a
+	// connection (and TLS session) instead of dialing every interval. The
+	// token does not change once the node has joined.
 	var c *AdminClient
 	var cAddr string
-	defer func() {
-		if c != nil {
-			c.CloseIdleConnections()
-		}
-	}()
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -331,9 +355,6 @@ func (n *Node) heartbeatLoop() {
 			continue
 		}
 		if c == nil || cAddr != leaderAddr {
-			if c != nil {
-				c.CloseIdleConnections()
-			}
 			c, cAddr = n.client([]string{leaderAddr}), leaderAddr
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval)
@@ -364,9 +385,7 @@ func (n *Node) probeRemoved() bool {
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.HeartbeatInterval)
 	defer cancel()
-	c := n.client(members)
-	defer c.CloseIdleConnections()
-	m, err := c.Map(ctx)
+	m, err := n.client(members).Map(ctx)
 	if err != nil {
 		return false
 	}
@@ -410,8 +429,9 @@ func (n *Node) onRemoved() {
 // Join admits a node: it enters the map as joining and raft as a non-voter.
 // The leader marks it up (and gives it partitions) once it has caught up,
 // and promotes it to voter while there are fewer than MaxVoters. Joining
-// again with the same id and raft address is a no-op.
-func (n *Node) Join(ctx context.Context, req JoinRequest) (*Map, error) {
+// again with the same id and raft address admits nothing new. The answer
+// carries the node's raft certificate, issued for the request's CSR.
+func (n *Node) Join(ctx context.Context, req JoinRequest) (*JoinResponse, error) {
 	if !ValidNodeID(req.ID) || req.RaftAddr == "" || req.AdminAddr == "" {
 		return nil, fmt.Errorf("%w: join needs a valid id, raft address and admin address", ErrBadRequest)
 	}
@@ -421,21 +441,37 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) (*Map, error) {
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
 	m := n.Map()
-	if info, ok := m.Node(req.ID); ok {
-		switch {
-		case info.State == StateRemoved:
-			return nil, fmt.Errorf("%w: %s", ErrNodeRemoved, req.ID)
-		case info.RaftAddr != req.RaftAddr:
-			return nil, fmt.Errorf("%w: %s is at %s", ErrNodeExists, req.ID, info.RaftAddr)
+	info, known := m.Node(req.ID)
+	switch {
+	case known && info.State == StateRemoved:
+		return nil, fmt.Errorf("%w: %s", ErrNodeRemoved, req.ID)
+	case known && info.RaftAddr != req.RaftAddr:
+		return nil, fmt.Errorf("%w: %s is at %s", ErrNodeExists, req.ID, info.RaftAddr)
+	case !known:
+		if err := m.checkAddresses(req.nodeInfo()); err != nil {
+			return nil, err
 		}
-		return m, nil // already admitted; supervise finishes the raft side
 	}
-	info := req.nodeInfo()
-	m, err := n.apply(Command{Type: CmdAddNode, Node: &info})
+	if req.CSR == "" {
+		return nil, fmt.Errorf("%w: join needs a certificate request for raft's TLS; upgrade octofs on the joining node", ErrBadRequest)
+	}
+	p := n.pki.Load()
+	cert, err := p.signCSR([]byte(req.CSR), req.ID, n.cfg.Now())
 	if err != nil {
 		return nil, err
 	}
-	n.log.Info("admitted node", "id", req.ID, "epoch", m.Epoch)
+	resp := &JoinResponse{Map: m, Certificate: string(cert), CA: string(p.caCertPEM), CAKey: string(p.caKeyPEM)}
+	if known {
+		return resp, nil // already admitted; supervise finishes the raft side
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: join of %s abandoned by the caller: %w", req.ID, err)
+	}
+	ni := req.nodeInfo()
+	if resp.Map, err = n.apply(Command{Type: CmdAddNode, Node: &ni}); err != nil {
+		return nil, err
+	}
+	n.log.Info("admitted node", "id", req.ID, "epoch", resp.Map.Epoch)
 	if err := n.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		// supervise retries: the map says the node belongs.
 		n.log.Warn("add non-voter", "id", req.ID, "err", err)
@@ -443,15 +479,50 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) (*Map, error) {
 	n.leaderMu.Lock()
 	n.beats[req.ID] = &heartbeatRecord{last: n.cfg.Now()}
 	n.leaderMu.Unlock()
-	return m, nil
+	return resp, nil
+}
+
+// checkHoldsData refuses to drain or remove a node that owns pinned
+// partitions (the FSM refuses it too; this answers without a raft round).
+func checkHoldsData(m *Map, id NodeID) error {
+	if k := len(m.PinnedOf(id)); k > 0 {
+		return &HoldsDataError{Node: id, Partitions: k}
+	}
+	return nil
 }
 
 // Remove tombstones a node, hands its partitions to the others and takes it
-// out of raft. Removing the leader first hands leadership to another voter;
-// the call then answers with a leader hint for the caller to retry.
+// out of raft. A node that owns pinned partitions is refused
+// (*HoldsDataError); ForceRemove removes it anyway. Removing the leader
+// first hands leadership to another voter; the call then answers with a
+// leader hint for the caller to retry. Removing a removed node changes
+// nothing and answers the map.
 func (n *Node) Remove(ctx context.Context, id NodeID) (*Map, error) {
+	return n.remove(ctx, id, false)
+}
+
+// ForceRemove removes a node even if it owns pinned partitions: their
+// file-system data is lost, and they are unpinned and handed to others.
+func (n *Node) ForceRemove(ctx context.Context, id NodeID) (*Map, error) {
+	return n.remove(ctx, id, true)
+}
+
+func (n *Node) remove(ctx context.Context, id NodeID, force bool) (*Map, error) {
 	if err := n.requireLeader(); err != nil {
 		return nil, err
+	}
+	m := n.Map()
+	info, ok := m.Node(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownNode, id)
+	}
+	if info.State == StateRemoved {
+		return m, nil
+	}
+	if !force {
+		if err := checkHoldsData(m, id); err != nil {
+			return nil, err
+		}
 	}
 	if id == n.id {
 		n.log.Info("asked to remove myself; transferring leadership first")
@@ -462,11 +533,19 @@ func (n *Node) Remove(ctx context.Context, id NodeID) (*Map, error) {
 	}
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
-	m, err := n.apply(Command{Type: CmdRemove, Target: id})
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: removal of %s abandoned by the caller: %w", id, err)
+	}
+	lost := n.Map().PinnedOf(id)
+	m, err := n.apply(Command{Type: CmdRemove, Target: id, Force: force && len(lost) > 0})
 	if err != nil {
 		return nil, err
 	}
-	n.log.Info("removed node", "id", id, "epoch", m.Epoch)
+	if len(lost) > 0 {
+		n.log.Warn("removed a node that held file-system data; its data is lost", "id", id, "partitions", len(lost), "epoch", m.Epoch)
+	} else {
+		n.log.Info("removed node", "id", id, "epoch", m.Epoch)
+	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		n.log.Warn("remove server from raft; supervise retries", "id", id, "err", err)
 	}
@@ -492,13 +571,29 @@ func (n *Node) waitForOtherLeader(ctx context.Context) error {
 }
 
 // Drain moves a node to draining and hands all its partitions to the other
-// nodes; it stays a raft member until removed.
+// nodes; it stays a raft member until removed. A node that owns pinned
+// partitions is refused (*HoldsDataError). Draining a draining node
+// changes nothing and answers the map, so a client may safely retry.
 func (n *Node) Drain(ctx context.Context, id NodeID) (*Map, error) {
 	if err := n.requireLeader(); err != nil {
 		return nil, err
 	}
 	n.opMu.Lock()
 	defer n.opMu.Unlock()
+	m := n.Map()
+	info, ok := m.Node(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownNode, id)
+	}
+	if info.State == StateDraining {
+		return m, nil
+	}
+	if err := checkHoldsData(m, id); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: drain of %s abandoned by the caller: %w", id, err)
+	}
 	m, err := n.apply(Command{Type: CmdDrain, Target: id})
 	if err != nil {
 		return nil, err
@@ -507,37 +602,118 @@ func (n *Node) Drain(ctx context.Context, id NodeID) (*Map, error) {
 	return m, nil
 }
 
+// pin is the leader's side of PinPartition: it pins partition p to node
+// id if id owns it, and refuses with *NotOwnerError otherwise.
+func (n *Node) pin(ctx context.Context, p uint32, id NodeID) (*Map, error) {
+	if err := n.requireLeader(); err != nil {
+		return nil, err
+	}
+	n.opMu.Lock()
+	defer n.opMu.Unlock()
+	m := n.Map()
+	if !m.Initialized() {
+		return nil, ErrNotInitialized
+	}
+	if p >= m.NumPartitions() {
+		return nil, fmt.Errorf("%w: partition %d of %d", ErrBadRequest, p, m.NumPartitions())
+	}
+	if owner := m.Partitions[p]; owner != id {
+		return nil, &NotOwnerError{Partition: p, Owner: owner, Requester: id}
+	}
+	if m.IsPinned(p) {
+		return m, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cluster: pin of partition %d abandoned by the caller: %w", p, err)
+	}
+	m, err := n.apply(Command{Type: CmdPin, Pin: &PinCommand{Partition: p, Node: id}})
+	if err != nil {
+		return nil, err
+	}
+	n.log.Debug("pinned partition", "partition", p, "node", id, "epoch", m.Epoch)
+	return m, nil
+}
+
+// PinPartition records in the map that partition p holds file-system data
+// on this node, which must own it; from then on the partition never
+// changes owner (partitions cannot move with their data yet), and this
+// node cannot be drained or removed without losing that data. The
+// metadata service calls it before its first write to a partition.
+//
+// It returns at once if the partition is already pinned to this node in
+// the local map; otherwise it asks the leader (forwarding over the admin
+// API if another node leads), retrying while there is no leader, and
+// returns once the local map shows the pin. A partition owned by another
+// node is refused with a *NotOwnerError naming the owner.
+func (n *Node) PinPartition(ctx context.Context, p uint32) error {
+	if m := n.Map(); m.Initialized() && p < m.NumPartitions() && m.Partitions[p] == n.id && m.IsPinned(p) {
+		return nil
+	}
+	var m *Map
+	var err error
+	if n.IsLeader() {
+		m, err = n.pin(ctx, p, n.id)
+	}
+	if !n.IsLeader() || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) {
+		// Through this node's own admin API, which forwards to the leader
+		// and follows its hints; AdminClient retries while none is known.
+		m, err = n.client([]string{n.cfg.AdminAddr}).Pin(ctx, p, n.id)
+	}
+	if err != nil {
+		return err
+	}
+	// Return once this node's map shows the pin, so the caller's next
+	// look at the map agrees.
+	for {
+		cur := n.Map()
+		if cur.Epoch >= m.Epoch && cur.IsPinned(p) {
+			return nil
+		}
+		if _, err := n.Watch(ctx, cur.Epoch); err != nil {
+			return fmt.Errorf("cluster: partition %d is pinned at epoch %d, but this node's map has not caught up: %w", p, m.Epoch, err)
+		}
+	}
+}
+
 // joinCluster asks members to admit this node, retrying while no leader
 // is known or the members cannot be reached, and gives up on refusals.
 func (n *Node) joinCluster(ctx context.Context, members []string) error {
+	_, err := n.joinVia(ctx, members)
+	return err
+}
+
+// joinVia is joinCluster returning the admitting map.
+func (n *Node) joinVia(ctx context.Context, members []string) (*Map, error) {
 	n.joinMu.Lock()
 	defer n.joinMu.Unlock()
 	if n.joined.Load() {
-		return nil
+		return n.Map(), nil
 	}
 	if n.getToken() == "" {
-		return fmt.Errorf("%w: joining needs the cluster token", ErrUnauthorized)
+		return nil, fmt.Errorf("%w: joining needs the cluster token", ErrUnauthorized)
 	}
 	backoff := 100 * time.Millisecond
 	for {
-		c := n.client(members)
-		_, err := c.Join(ctx, n.selfInfo())
-		c.CloseIdleConnections()
+		resp, err := n.client(members).Join(ctx, n.joinInfo())
 		if err == nil {
+			if err := n.adoptCredentials(resp); err != nil {
+				return nil, err
+			}
 			if err := storeToken(n.cfg.DataDir, n.getToken()); err != nil {
-				return fmt.Errorf("cluster: store token: %w", err)
+				return nil, fmt.Errorf("cluster: store token: %w", err)
 			}
 			n.joined.Store(true)
-			n.log.Info("joined the cluster", "via", members)
-			return nil
+			n.log.Info("joined the cluster", "via", members, "cluster_id", resp.Map.ClusterID, "epoch", resp.Map.Epoch)
+			return resp.Map, nil
 		}
-		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNodeRemoved) || errors.Is(err, ErrNodeExists) || errors.Is(err, ErrBadRequest) {
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrNodeRemoved) || errors.Is(err, ErrNodeExists) ||
+			errors.Is(err, ErrBadRequest) || errors.Is(err, ErrAddressInUse) || errors.Is(err, ErrUnsupportedVersion) {
 			n.log.Error("join refused", "err", err)
-			return err
+			return nil, err
 		}
 		n.log.Info("join not possible yet; retrying", "err", err, "in", backoff)
 		if !sleepCtx(ctx, backoff) {
-			return fmt.Errorf("cluster: join via %v: %w (last error: %v)", members, ctx.Err(), err)
+			return nil, fmt.Errorf("cluster: join via %v: %w (last error: %v)", members, ctx.Err(), err)
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}

@@ -57,10 +57,16 @@ var (
 	descNodes      = prometheus.NewDesc("octofs_cluster_nodes", "Nodes in the map by state.", []string{"state"}, nil)
 	descSuffrage   = prometheus.NewDesc("octofs_raft_servers", "Raft servers by suffrage.", []string{"suffrage"}, nil)
 	descPartitions = prometheus.NewDesc("octofs_cluster_partitions_owned", "Partitions owned per node.", []string{"node"}, nil)
+	descPinned     = prometheus.NewDesc("octofs_cluster_partitions_pinned", "Pinned partitions (holding file-system data) per node.", []string{"node"}, nil)
+	descCaughtUp   = prometheus.NewDesc("octofs_cluster_caught_up", "1 if this node is in touch with a leader, so its map is current.", nil, nil)
+	descRaftConns  = prometheus.NewDesc("octofs_raft_conns", "Inbound raft connections by state.", []string{"state"}, nil)
+	descRaftRefuse = prometheus.NewDesc("octofs_raft_conns_closed_total", "Inbound raft connections refused or closed, by reason.", []string{"reason"}, nil)
+	descSaveErrs   = prometheus.NewDesc("octofs_cluster_map_save_errors_total", "Failures to save the applied map to the data directory.", nil, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEpoch, descRaftState, descTerm, descCommit, descApplied, descLeader, descNodes, descSuffrage, descPartitions} {
+	for _, d := range []*prometheus.Desc{descEpoch, descRaftState, descTerm, descCommit, descApplied, descLeader, descNodes, descSuffrage, descPartitions,
+		descPinned, descCaughtUp, descRaftConns, descRaftRefuse, descSaveErrs} {
 		ch <- d
 	}
 }
@@ -101,4 +107,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for id, cnt := range m.PartitionCounts() {
 		g(descPartitions, float64(cnt), string(id))
 	}
+	for id, cnt := range m.PinnedCounts() {
+		g(descPinned, float64(cnt), string(id))
+	}
+	caught := 0.0
+	if n.notCaughtUp() == "" {
+		caught = 1
+	}
+	g(descCaughtUp, caught)
+	authed, handshaking := n.stream.openConns()
+	g(descRaftConns, float64(authed), "authenticated")
+	g(descRaftConns, float64(handshaking), "handshaking")
+	st := &n.stream.stats
+	for reason, v := range map[string]uint64{
+		"busy": st.refusedBusy.Load(), "handshake_failed": st.failedHandshakes.Load(),
+		"evicted": st.evicted.Load(), "idle": st.idleClosed.Load(),
+	} {
+		ch <- prometheus.MustNewConstMetric(descRaftRefuse, prometheus.CounterValue, float64(v), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descSaveErrs, prometheus.CounterValue, float64(n.fsm.persistErrors.Load()))
 }

@@ -176,3 +176,40 @@ func rebalance(table []NodeID, eligible []NodeID) ([]NodeID, int, error) {
 	}
 	return out, len(pool), nil
 }
+
+// rebalancePinned is rebalance over the unpinned partitions only: pinned
+// partitions keep their owner (which must be eligible), and the unpinned
+// ones are balanced to floor(U/N) or ceil(U/N) per eligible node, U being
+// their number, with the fewest moves. pinned is sorted. It returns the
+// new table and the number of partitions moved.
+func rebalancePinned(table []NodeID, pinned []uint32, eligible []NodeID) ([]NodeID, int, error) {
+	if len(pinned) == 0 {
+		return rebalance(table, eligible)
+	}
+	if len(eligible) == 0 {
+		return nil, 0, ErrNoEligibleNodes
+	}
+	free := make([]int, 0, len(table)-len(pinned))
+	sub := make([]NodeID, 0, len(table)-len(pinned))
+	for p, id := range table {
+		if _, ok := slices.BinarySearch(pinned, uint32(p)); ok {
+			if !slices.Contains(eligible, id) {
+				// applyCommand refuses to drain or remove the owner of
+				// pinned partitions first; this is a second line.
+				return nil, 0, &HoldsDataError{Node: id, Partitions: 1}
+			}
+			continue
+		}
+		free = append(free, p)
+		sub = append(sub, id)
+	}
+	next, moved, err := rebalance(sub, eligible)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := slices.Clone(table)
+	for i, p := range free {
+		out[p] = next[i]
+	}
+	return out, moved, nil
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,9 @@ type clusterFlags struct {
 	tlsCA     string
 	json      bool
 	timeout   time.Duration
+	attempt   time.Duration
+	// stderr receives warnings (the command's error stream).
+	stderr io.Writer
 }
 
 func addClusterFlags(cmd *cobra.Command) *clusterFlags {
@@ -38,18 +42,23 @@ func addClusterFlags(cmd *cobra.Command) *clusterFlags {
 	}
 	fl := cmd.Flags()
 	fl.StringSliceVar(&f.servers, "server", def, "admin address(es) of cluster nodes (env OCTOFS_ADMIN)")
-	fl.StringVar(&f.token, "token", "", "cluster token (env OCTOFS_TOKEN; on a node: <data-dir>/token)")
-	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the cluster token, e.g. <data-dir>/token")
+	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the cluster token, e.g. <data-dir>/token (or set OCTOFS_TOKEN)")
+	fl.StringVar(&f.token, "token", "", "cluster token; visible to every user in ps: prefer --token-file or OCTOFS_TOKEN")
 	fl.StringVar(&f.tlsCA, "tls-ca", "", "CA certificate (PEM) of the admin API; implies HTTPS")
 	fl.BoolVar(&f.json, "json", false, "print JSON for scripts instead of a table")
 	fl.DurationVar(&f.timeout, "timeout", 15*time.Second, "give up after this long")
+	fl.DurationVar(&f.attempt, "attempt-timeout", cluster.DefaultAttemptTimeout, "wait this long for one --server before trying the next (writes wait at least "+cluster.WriteAttemptTimeout.String()+")")
+	f.stderr = os.Stderr
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) { f.stderr = cmd.ErrOrStderr() }
 	return f
 }
 
-// tokenValue returns the token from --token, --token-file or OCTOFS_TOKEN.
+// tokenValue returns the token from --token-file, OCTOFS_TOKEN or --token;
+// --token works but warns, since other users see it in ps.
 func (f *clusterFlags) tokenValue() (string, error) {
 	switch {
 	case f.token != "":
+		fmt.Fprintln(f.stderr, "octoctl: warning: --token shows the cluster token to every user of this machine (ps, /proc); use --token-file FILE or OCTOFS_TOKEN instead")
 		return f.token, nil
 	case f.tokenFile != "":
 		t, err := cluster.ReadTokenFile(f.tokenFile)
@@ -94,13 +103,29 @@ func (f *clusterFlags) clientFor(servers []string, needToken bool) (*cluster.Adm
 		return nil, err
 	}
 	if needToken && tok == "" {
-		return nil, fmt.Errorf("this command needs the cluster token: pass --token-file <data-dir>/token (of any node), --token or OCTOFS_TOKEN")
+		return nil, fmt.Errorf("this command needs the cluster token: pass --token-file <data-dir>/token (of any node) or set OCTOFS_TOKEN")
 	}
 	tc, err := f.tlsConfig()
 	if err != nil {
 		return nil, err
 	}
-	return cluster.NewAdminClient(servers, tok, tc), nil
+	c := cluster.NewAdminClient(servers, tok, tc)
+	c.SetAttemptTimeout(f.attempt)
+	return c, nil
+}
+
+// explain adds to an error from the cluster what the operator can do
+// about it with octoctl's own flags.
+func explain(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, cluster.ErrUnauthorized):
+		return fmt.Errorf("%w; pass the cluster token with --token-file <data-dir>/token or OCTOFS_TOKEN", err)
+	case errors.Is(err, cluster.ErrUnreachable):
+		return fmt.Errorf("%w; check --server (or OCTOFS_ADMIN) and that `octofs serve` runs there; give several nodes, comma-separated, and the next is tried when one does not answer", err)
+	}
+	return err
 }
 
 func (f *clusterFlags) context(cmd *cobra.Command) (context.Context, context.CancelFunc) {
@@ -118,12 +143,42 @@ func show[T any](cmd *cobra.Command, f *clusterFlags, get func(*cluster.AdminCli
 	defer cancel()
 	v, err := get(c, ctx)
 	if err != nil {
-		return err
+		return explain(err)
 	}
 	if f.json {
-		return printJSON(cmd.OutOrStdout(), v)
+		err = printJSON(cmd.OutOrStdout(), v)
+	} else {
+		err = human(cmd.OutOrStdout(), v)
 	}
-	return human(cmd.OutOrStdout(), v)
+	if err != nil {
+		return err
+	}
+	return staleAnswer(v)
+}
+
+// staleAnswer fails a command whose answer came from a node that is not
+// in touch with the cluster, after it was printed: scripts must not take
+// an old view for the cluster's.
+func staleAnswer(v any) error {
+	var why string
+	switch v := v.(type) {
+	case *cluster.Status:
+		if v.Joined && !v.CaughtUp {
+			why = fmt.Sprintf("node %s has not caught up with the cluster: %s", v.NodeID, v.NotCaughtUp)
+		}
+	case *cluster.Map:
+		if v.Stale {
+			why = "the answering node has not caught up with the cluster: " + v.StaleReason
+		}
+	case *cluster.NodesResponse:
+		if v.Stale {
+			why = fmt.Sprintf("%s answered from its own view: %s", v.From, v.StaleReason)
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; ask another node with --server, or check that a majority of the voters runs", cluster.ErrNotCaughtUp, why)
 }
 
 func printJSON(w io.Writer, v any) error {

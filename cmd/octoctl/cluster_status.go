@@ -43,13 +43,16 @@ func printStatus(w io.Writer, s *cluster.Status) error {
 	t.row("Nodes", dash(strings.Join(states, ", ")))
 	t.row("Voters", joinIDs(s.Voters))
 	t.row("Non-voters", joinIDs(s.NonVoters))
-	t.row("Partitions", strconv.Itoa(s.Partitions))
+	t.row("Partitions", fmt.Sprintf("%d (%d pinned: hold file-system data)", s.Partitions, s.Pinned))
 	t.row("Answered by", fmt.Sprintf("%s (%s, node %s, commit %d, applied %d)", s.NodeID, s.RaftState, dash(string(s.NodeState)), s.CommitIndex, s.AppliedIndex))
 	if s.NodeState == cluster.StateRemoved {
 		t.row("Note", "this node was removed from the cluster: stop it and wipe its data directory; ask another node for the cluster's status")
 	}
 	if !s.Joined {
-		t.row("Note", "this node is not in a cluster yet: add it with `octoctl join ADDR --server MEMBER`")
+		t.row("Note", "this node is not in a cluster yet: add it with `octoctl join ADDR --server MEMBER --join-secret-file SECRET`")
+	}
+	if s.Joined && !s.CaughtUp {
+		t.row("Warning", "NOT CAUGHT UP: "+s.NotCaughtUp)
 	}
 	return t.flush()
 }
@@ -69,7 +72,7 @@ func newNodesCmd() *cobra.Command {
 }
 
 func printNodes(w io.Writer, r *cluster.NodesResponse) error {
-	t := newTable(w, "ID", "STATE", "RAFT", "PARTITIONS", "ADMIN", "RAFT ADDR", "RDMA", "HEARTBEAT")
+	t := newTable(w, "ID", "STATE", "RAFT", "PARTITIONS", "PINNED", "ADMIN", "RAFT ADDR", "RDMA", "HEARTBEAT")
 	for _, n := range r.Nodes {
 		role := n.Suffrage
 		if n.Leader {
@@ -79,12 +82,15 @@ func printNodes(w io.Writer, r *cluster.NodesResponse) error {
 		if n.HeartbeatAgeMillis >= 0 {
 			hb = (time.Duration(n.HeartbeatAgeMillis) * time.Millisecond).String() + " ago"
 		}
-		t.row(string(n.ID), string(n.State), role, strconv.Itoa(n.Partitions), n.AdminAddr, n.RaftAddr, dash(n.RDMAAddr), hb)
+		t.row(string(n.ID), string(n.State), role, strconv.Itoa(n.Partitions), strconv.Itoa(n.Pinned), n.AdminAddr, n.RaftAddr, dash(n.RDMAAddr), hb)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "epoch %d, as seen by %s\n", r.Epoch, r.From)
+	if r.Stale {
+		fmt.Fprintf(w, "STALE: %s\n", r.StaleReason)
+	}
 	return nil
 }
 
@@ -111,19 +117,22 @@ withheld and the map is marked redacted; with --token-file they are shown.`,
 }
 
 func printMap(w io.Writer, m *cluster.Map, partitions bool) error {
-	fmt.Fprintf(w, "cluster %s, epoch %d, %d partitions", dash(m.ClusterID), m.Epoch, len(m.Partitions))
+	fmt.Fprintf(w, "cluster %s, epoch %d, %d partitions, %d pinned", dash(m.ClusterID), m.Epoch, len(m.Partitions), len(m.Pinned))
 	if m.Redacted {
 		fmt.Fprint(w, " (rkeys withheld: pass the token to see them)")
 	}
 	fmt.Fprintln(w)
-	counts := m.PartitionCounts()
-	t := newTable(w, "ID", "STATE", "SINCE", "PARTITIONS", "RDMA", "REGION", "LENGTH", "RKEY")
+	if m.Stale {
+		fmt.Fprintf(w, "STALE: %s\n", m.StaleReason)
+	}
+	counts, pinned := m.PartitionCounts(), m.PinnedCounts()
+	t := newTable(w, "ID", "STATE", "SINCE", "PARTITIONS", "PINNED", "RDMA", "REGION", "LENGTH", "RKEY")
 	for _, n := range m.Nodes {
 		rkey := fmt.Sprintf("%#x", n.Region.RKey)
 		if m.Redacted {
 			rkey = "(withheld)"
 		}
-		t.row(string(n.ID), string(n.State), "epoch "+strconv.FormatUint(n.StateEpoch, 10), strconv.Itoa(counts[n.ID]),
+		t.row(string(n.ID), string(n.State), "epoch "+strconv.FormatUint(n.StateEpoch, 10), strconv.Itoa(counts[n.ID]), strconv.Itoa(pinned[n.ID]),
 			dash(n.RDMAAddr), dash(n.Region.UUID), strconv.FormatUint(n.Region.Length, 10), rkey)
 	}
 	if err := t.flush(); err != nil {
@@ -133,9 +142,13 @@ func printMap(w io.Writer, m *cluster.Map, partitions bool) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	pt := newTable(w, "PARTITIONS", "OWNER")
-	for _, r := range partitionRanges(m.Partitions) {
-		pt.row(r.span(), string(r.owner))
+	pt := newTable(w, "PARTITIONS", "OWNER", "PINNED")
+	for _, r := range partitionRanges(m) {
+		pin := "no"
+		if r.pinned {
+			pin = "yes"
+		}
+		pt.row(r.span(), string(r.owner), pin)
 	}
 	return pt.flush()
 }
@@ -143,6 +156,7 @@ func printMap(w io.Writer, m *cluster.Map, partitions bool) error {
 type partitionRange struct {
 	first, last int
 	owner       cluster.NodeID
+	pinned      bool
 }
 
 func (r partitionRange) span() string {
@@ -152,15 +166,17 @@ func (r partitionRange) span() string {
 	return fmt.Sprintf("%d-%d", r.first, r.last)
 }
 
-// partitionRanges compresses the table into runs of one owner.
-func partitionRanges(table []cluster.NodeID) []partitionRange {
+// partitionRanges compresses the table into runs of one owner and one
+// pinned state.
+func partitionRanges(m *cluster.Map) []partitionRange {
 	var out []partitionRange
-	for p, id := range table {
-		if k := len(out); k > 0 && out[k-1].owner == id && out[k-1].last == p-1 {
+	for p, id := range m.Partitions {
+		pinned := m.IsPinned(uint32(p))
+		if k := len(out); k > 0 && out[k-1].owner == id && out[k-1].pinned == pinned && out[k-1].last == p-1 {
 			out[k-1].last = p
 			continue
 		}
-		out = append(out, partitionRange{first: p, last: p, owner: id})
+		out = append(out, partitionRange{first: p, last: p, owner: id, pinned: pinned})
 	}
 	return out
 }

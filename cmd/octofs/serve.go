@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -44,6 +45,7 @@ type serveOptions struct {
 	join          []string
 	bootstrap     bool
 	tokenFile     string
+	joinSecret    string
 	partitions    int
 	maxVoters     int
 	heartbeat     time.Duration
@@ -83,7 +85,9 @@ func newServeCmd() *cobra.Command {
 join with --join ADDR (the admin address of any member) and the token
 (--token-file or OCTOFS_TOKEN). A node restarted on its data directory
 rejoins by itself; --bootstrap and --join are then ignored. A node started
-with neither waits to be added with ` + "`octoctl join`" + `.
+with neither waits to be added with ` + "`octoctl join`" + `, which must present
+this node's join secret (<data-dir>/join-secret) or, if the node was given
+one, the cluster token.
 
 A three-node cluster on one machine:
 
@@ -112,6 +116,7 @@ A three-node cluster on one machine:
 	f.StringSliceVar(&o.join, "join", nil, "admin address(es) of cluster members to join through (first start only)")
 	f.BoolVar(&o.bootstrap, "bootstrap", false, "create a new cluster with this node as its first member (first start only)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the cluster token, for joining (or set OCTOFS_TOKEN)")
+	f.StringVar(&o.joinSecret, "join-secret-file", "", "for a node that waits to be added: the secret `octoctl join` must present (default: a new one in <data-dir>/join-secret)")
 	f.IntVar(&o.partitions, "partitions", cluster.DefaultPartitions, "number of partitions of a new cluster (with --bootstrap)")
 	f.IntVar(&o.maxVoters, "max-voters", 3, "raft voters (3 or 5); further nodes are non-voters")
 	f.DurationVar(&o.heartbeat, "heartbeat-interval", time.Second, "how often this node heartbeats the leader")
@@ -234,16 +239,62 @@ func loadTLS(o *serveOptions) (server, client *tls.Config, err error) {
 		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
+// validate checks every flag before anything is opened, so that a typo
+// fails at once and names the flag.
+func (o *serveOptions) validate() error {
+	switch {
+	case o.bootstrap && len(o.join) > 0:
+		return errors.New("--bootstrap creates a new cluster and --join joins one: give only one")
+	case o.dataDir == "":
+		return errors.New("--data-dir is empty: give the directory for this node's raft log, token and certificates")
+	case o.nodeID != "" && !cluster.ValidNodeID(cluster.NodeID(o.nodeID)):
+		return fmt.Errorf("--node-id %q: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", o.nodeID)
+	case o.partitions < 1 || o.partitions > cluster.MaxPartitions:
+		return fmt.Errorf("--partitions %d: a cluster has 1 to %d partitions (inode numbers carry the partition in %d bits); the default is %d",
+			o.partitions, cluster.MaxPartitions, cluster.PartitionBits, cluster.DefaultPartitions)
+	case o.maxVoters < 1:
+		return fmt.Errorf("--max-voters %d: must be at least 1 (3 or 5 recommended)", o.maxVoters)
+	case o.heartbeat <= 0:
+		return fmt.Errorf("--heartbeat-interval %v: must be positive", o.heartbeat)
+	case o.downAfter <= 2*o.heartbeat:
+		return fmt.Errorf("--down-after %v must exceed two --heartbeat-interval (%v): a node would be marked down between two heartbeats", o.downAfter, 2*o.heartbeat)
+	}
+	addrs := [][2]string{{"admin-addr", o.adminAddr}, {"raft-addr", o.raftAddr}}
+	if o.storage.pmemPath != "" {
+		addrs = append(addrs, [2]string{"rdma-addr", o.storage.rdmaAddr})
+		if o.storage.softAddr != "" {
+			addrs = append(addrs, [2]string{"soft-addr", o.storage.softAddr})
+		}
+	}
+	for _, a := range addrs {
+		if _, port, err := net.SplitHostPort(a[1]); err != nil || port == "" {
+			return fmt.Errorf("--%s %q: want host:port, such as 127.0.0.1:7400", a[0], a[1])
+		}
+	}
+	if o.storage.pmemPath != "" {
+		if _, err := parseRequirement(o.storage.pmemRequire); err != nil {
+			return err
+		}
+		if o.storage.pmemSize <= 0 {
+			return fmt.Errorf("--pmem-size %d: must be positive", o.storage.pmemSize)
+		}
+		if !slices.Contains(provider.Names(), o.storage.rdmaProvider) {
+			return fmt.Errorf("--rdma-provider %q: this binary has %s", o.storage.rdmaProvider, strings.Join(provider.Names(), ", "))
+		}
+	}
+	return nil
+}
+
+// tokenAdvice is what serve adds to a token error: how to give the token.
+const tokenAdvice = "give the cluster's token with --token-file (a member's <data-dir>/token) or OCTOFS_TOKEN"
+
 func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		return err
 	}
-	if o.bootstrap && len(o.join) > 0 {
-		return errors.New("--bootstrap creates a new cluster and --join joins one: give only one")
-	}
-	if o.maxVoters < 1 {
-		return errors.New("--max-voters must be at least 1 (3 or 5 recommended)")
+	if err := o.validate(); err != nil {
+		return err
 	}
 	token := os.Getenv("OCTOFS_TOKEN")
 	if o.tokenFile != "" {
@@ -251,10 +302,27 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 			return fmt.Errorf("--token-file: %w", err)
 		}
 	}
+	var joinSecret string
+	if o.joinSecret != "" {
+		if joinSecret, err = cluster.ReadTokenFile(o.joinSecret); err != nil {
+			return fmt.Errorf("--join-secret-file: %w", err)
+		}
+	}
 	serverTLS, clientTLS, err := loadTLS(o)
 	if err != nil {
 		return err
 	}
+	// One process per data directory: a second one fails here at once,
+	// naming the first, before it opens the region or any port.
+	lock, err := cluster.LockDataDir(o.dataDir)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if lock != nil { // not handed to the node
+			lock.Release()
+		}
+	}()
 	// The storage side opens first, since the map records its region; it
 	// learns the token from the node once the node runs.
 	var node atomic.Pointer[cluster.Node]
@@ -279,9 +347,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		adminLn.Close()
 		return err
 	}
-	n, err := cluster.Start(cluster.Config{
+	cfg := cluster.Config{
 		ID:                cluster.NodeID(o.nodeID),
 		DataDir:           o.dataDir,
+		DataDirLock:       lock,
 		AdminAddr:         adminAddr,
 		AdminListener:     adminLn,
 		AdminTLS:          serverTLS,
@@ -293,15 +362,21 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		Bootstrap:         o.bootstrap,
 		Join:              o.join,
 		Token:             token,
+		JoinSecret:        joinSecret,
 		Partitions:        o.partitions,
 		MaxVoters:         o.maxVoters,
 		HeartbeatInterval: o.heartbeat,
 		DownAfter:         o.downAfter,
 		Logger:            log,
-	})
+	}
+	lock = nil // Start owns it now, and releases it on failure
+	n, err := cluster.Start(cfg)
 	if err != nil {
 		adminLn.Close()
 		raftLn.Close()
+		if errors.Is(err, cluster.ErrUnauthorized) {
+			return fmt.Errorf("%w; %s", err, tokenAdvice)
+		}
 		return err
 	}
 	node.Store(n)
@@ -331,6 +406,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		log.Warn("shutdown", "err", err)
 	}
 	if failure != nil && !errors.Is(failure, cluster.ErrClosed) {
+		if errors.Is(failure, cluster.ErrUnauthorized) {
+			return fmt.Errorf("%w; %s", failure, tokenAdvice)
+		}
 		return failure
 	}
 	log.Info("stopped")
