@@ -46,7 +46,7 @@ func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog
 		return nil, err
 	}
 	if svc.chunks, err = dataplane.NewService(dataplane.ServiceConfig{
-		Store: store, Export: s.export, Map: n, Self: n.ID(), Pin: pinner(n),
+		Store: store, Export: s.export, Map: n, Self: n.ID(), Pin: n.PinPartition,
 		Now: s.cfg.Now, Logger: s.log,
 	}); err != nil {
 		return nil, fmt.Errorf("node: chunk service: %w", err)
@@ -95,30 +95,6 @@ func newPeerPool(s *Storage, n *cluster.Node) (*rpc.Pool, error) {
 		return nil, fmt.Errorf("node: peer connections: %w", err)
 	}
 	return p, nil
-}
-
-// pinner returns the function the services call before their first write
-// to a partition: it pins the partition to this node through raft, so
-// that rebalancing never moves it away from its data.
-func pinner(n *cluster.Node) func(ctx context.Context, partition uint32) error {
-	if p, ok := any(n).(interface {
-		PinPartition(ctx context.Context, partition uint32) error
-	}); ok {
-		return p.PinPartition
-	}
-	// This build's control plane has no pinning yet: check ownership so
-	// that at least a partition this node does not own is never written.
-	return func(ctx context.Context, partition uint32) error {
-		m := n.Map()
-		owner, err := m.OwnerOfPartition(partition)
-		if err != nil {
-			return err
-		}
-		if owner.ID != n.ID() {
-			return fmt.Errorf("node: partition %d belongs to %s at epoch %d", partition, owner.ID, m.Epoch)
-		}
-		return nil
-	}
 }
 
 func (svc *services) acceptRPC(ctx context.Context, req *rdma.ConnRequest, h dataplane.Hello) error {
