@@ -1,0 +1,536 @@
+package metadata
+
+import (
+	"bytes"
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/wire"
+)
+
+// maxFileSize is the largest size a file may have (EFBIG past it).
+const maxFileSize = 1 << 60
+
+// noChange is chown's "leave this id alone" (-1).
+const noChange = ^uint32(0)
+
+func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	c := r.cred
+	v := q.Valid
+	if v&wire.SetUID != 0 && q.UID == noChange {
+		v &^= wire.SetUID
+	}
+	if v&wire.SetGID != 0 && q.GID == noChange {
+		v &^= wire.SetGID
+	}
+	rec := n.rec
+	// Checks, in the order Linux makes them.
+	if v&wire.SetSize != 0 {
+		switch {
+		case n.isDir():
+			return fail(status(syscall.EISDIR))
+		case !n.isRegular():
+			return fail(status(syscall.EINVAL))
+		case q.Size > maxFileSize:
+			return fail(status(syscall.EFBIG))
+		case v&wire.SetHandle != 0 && s.sessions.hasWriter(r.key, q.Ino):
+		case !permits(&rec, c, wire.AccessWrite):
+			return fail(status(syscall.EACCES))
+		}
+	}
+	if v&wire.SetUID != 0 && !c.IsRoot() && !(c.UID == rec.UID && q.UID == rec.UID) {
+		return fail(status(syscall.EPERM))
+	}
+	if v&wire.SetGID != 0 && !c.IsRoot() && !(c.UID == rec.UID && (c.InGroup(q.GID) || q.GID == rec.GID)) {
+		return fail(status(syscall.EPERM))
+	}
+	if v&wire.SetMode != 0 && !ownerOrRoot(&rec, c) {
+		return fail(status(syscall.EPERM))
+	}
+	if v&(wire.SetAtime|wire.SetMtime) != 0 {
+		if !ownerOrRoot(&rec, c) {
+			return fail(status(syscall.EPERM))
+		}
+	} else if v&(wire.SetAtimeNow|wire.SetMtimeNow) != 0 && !ownerOrRoot(&rec, c) && !permits(&rec, c, wire.AccessWrite) {
+		return fail(status(syscall.EACCES))
+	}
+
+	now := wire.TimespecOf(s.now())
+	changed := false
+	if v&wire.SetUID != 0 {
+		rec.UID, changed = q.UID, true
+	}
+	if v&wire.SetGID != 0 {
+		rec.GID, changed = q.GID, true
+	}
+	if v&(wire.SetUID|wire.SetGID) != 0 && !n.isDir() {
+		rec.Mode = killPrivs(rec.Mode)
+	}
+	if v&wire.SetMode != 0 {
+		m := q.Mode & wire.ModePerm
+		if !c.IsRoot() && !c.InGroup(rec.GID) {
+			m &^= wire.ModeSetgid
+		}
+		rec.Mode = rec.Mode&wire.ModeType | m
+		changed = true
+	}
+	if v&wire.SetKillSuidGid != 0 {
+		rec.Mode, changed = killPrivs(rec.Mode), true
+	}
+	switch {
+	case v&wire.SetAtime != 0:
+		rec.Atime, changed = q.Atime, true
+	case v&wire.SetAtimeNow != 0:
+		rec.Atime, changed = now, true
+	}
+	switch {
+	case v&wire.SetMtime != 0:
+		rec.Mtime, changed = q.Mtime, true
+	case v&wire.SetMtimeNow != 0:
+		rec.Mtime, changed = now, true
+	}
+	if v&wire.SetSize != 0 {
+		changed = true
+		if !c.IsRoot() {
+			rec.Mode = killPrivs(rec.Mode)
+		}
+		if v&(wire.SetMtime|wire.SetMtimeNow) == 0 {
+			rec.Mtime = now
+		}
+	}
+	if !changed {
+		return ok(&wire.AttrReply{Attr: n.attr()})
+	}
+	rec.Ctime = now
+	if v&wire.SetCtime != 0 {
+		rec.Ctime = q.Ctime
+	}
+	if v&wire.SetSize != 0 && q.Size < n.rec.Size {
+		// Shrink: the other changes now, with the intent; the data
+		// beyond the size is freed before the size is published.
+		return p.truncate(r, n, rec, q.Size)
+	}
+	if v&wire.SetSize != 0 {
+		rec.Size = q.Size
+	}
+	nn := *n
+	nn.rec = rec
+	res := ok(&wire.AttrReply{Attr: nn.attr()})
+	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}
+
+// nonNil drops nil records.
+func nonNil(recs ...wire.Record) []wire.Record {
+	out := recs[:0]
+	for _, r := range recs {
+		if r != nil {
+			if ir, ok := r.(*wire.RequestRecord); ok && ir == nil {
+				continue
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// truncate shrinks regular file n to size: it appends rec (the request's
+// other changes) with a truncate intent, has the chunk service free the
+// data beyond size, then publishes the size. The caller holds p.mu
+// exclusively; truncate releases it while the data is freed (the intent
+// keeps the inode busy).
+func (p *partition) truncate(r *request, n *inode, rec wire.InodeRecord, size uint64) result {
+	txn, extra := p.newTxn()
+	in := &wire.IntentRecord{Txn: txn, Op: wire.IntentTruncate, Ino: rec.Ino, Size: size,
+		ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}
+	if err := p.commit(nonNil(extra, &rec, in)...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return p.finishTruncate(in)
+}
+
+// finishTruncate runs a truncate intent to its end (also after a
+// restart). The caller holds p.mu exclusively.
+func (p *partition) finishTruncate(in *wire.IntentRecord) result {
+	s := p.svc
+	n := p.inodes[in.Ino]
+	old := n.rec.Size
+	p.mu.Unlock()
+	err := retry(s.ctx, func() error { return s.cfg.Data.Truncate(s.ctx, in.Ino, old, in.Size) }, s.log, "truncate data")
+	p.mu.Lock()
+	if err != nil {
+		return fail(wire.StatusNotReady)
+	}
+	rec := n.rec
+	rec.Size = in.Size
+	now := wire.TimespecOf(s.now())
+	rec.Mtime, rec.Ctime = now, now
+	nn := *n
+	nn.rec = rec
+	res := ok(&wire.AttrReply{Attr: nn.attr()})
+	recs := []wire.Record{&rec, &wire.IntentDoneRecord{Txn: in.Txn}}
+	if in.Seq != 0 {
+		recs = append(recs, &wire.RequestRecord{ClientID: in.ClientID, Incarnation: in.Incarnation, Seq: in.Seq, Status: res.status, Reply: res.bytes()})
+	}
+	if err := p.commit(recs...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}
+
+// retry calls fn until it succeeds or ctx ends, backing off.
+func retry(ctx context.Context, fn func() error, log interface {
+	Warn(msg string, args ...any)
+}, what string) error {
+	backoff := 5 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		log.Warn("retrying", "what", what, "err", err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteCommitRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, st := p.inodeExclusive(ctx, q.Ino, 0, wire.TxnID{})
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	switch {
+	case n.isDir():
+		return fail(status(syscall.EISDIR))
+	case !n.isRegular():
+		return fail(status(syscall.EINVAL))
+	case q.Size > maxFileSize:
+		return fail(status(syscall.EFBIG))
+	case !s.sessions.hasWriter(r.key, q.Ino) && !permits(&n.rec, r.cred, wire.AccessWrite):
+		return fail(status(syscall.EACCES))
+	}
+	rec := n.rec
+	rec.Size = max(rec.Size, q.Size)
+	mt := q.Mtime
+	if mt == (wire.Timespec{}) {
+		mt = wire.TimespecOf(s.now())
+	}
+	rec.Mtime, rec.Ctime = mt, mt
+	if !r.cred.IsRoot() {
+		rec.Mode = killPrivs(rec.Mode)
+	}
+	nn := *n
+	nn.rec = rec
+	res := ok(&wire.AttrReply{Attr: nn.attr()})
+	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}
+
+func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if n.rec.Flags&wire.InodeFreeing != 0 {
+		return fail(status(syscall.ENOENT))
+	}
+	f := q.Flags
+	acc := f & wire.OpenAccessMode
+	trunc := f&wire.OpenTrunc != 0
+	var mask uint32
+	switch acc {
+	case wire.OpenReadOnly:
+		mask = wire.AccessRead
+	case wire.OpenWriteOnly:
+		mask = wire.AccessWrite
+	default:
+		mask = wire.AccessRead | wire.AccessWrite
+	}
+	if trunc {
+		mask |= wire.AccessWrite
+	}
+	switch {
+	case n.isSymlink():
+		return fail(status(syscall.ELOOP))
+	case n.isDir() && (acc != wire.OpenReadOnly || trunc):
+		return fail(status(syscall.EISDIR))
+	case f&wire.OpenDirectory != 0 && !n.isDir():
+		return fail(status(syscall.ENOTDIR))
+	case !q.Reclaim && !permits(&n.rec, r.cred, mask):
+		return fail(status(syscall.EACCES))
+	case f&wire.OpenNoAtime != 0 && !ownerOrRoot(&n.rec, r.cred):
+		return fail(status(syscall.EPERM))
+	}
+	res := ok(&wire.AttrReply{Attr: n.attr()})
+	if trunc && n.isRegular() && !q.Reclaim {
+		rec := n.rec
+		if !r.cred.IsRoot() {
+			rec.Mode = killPrivs(rec.Mode)
+		}
+		if rec.Size > 0 {
+			res = p.truncate(r, n, rec, 0)
+		} else {
+			now := wire.TimespecOf(s.now())
+			rec.Mtime, rec.Ctime = now, now
+			nn := *n
+			nn.rec = rec
+			res = ok(&wire.AttrReply{Attr: nn.attr()})
+			if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
+				return fail(wire.StatusInternal)
+			}
+		}
+		if res.status != wire.StatusOK {
+			return res
+		}
+	}
+	p.addOpen(r.key, n, acc != wire.OpenReadOnly)
+	return res
+}
+
+// addOpen registers an open of n by k. The caller holds p.mu exclusively.
+func (p *partition) addOpen(k clientKey, n *inode, write bool) {
+	n.opens++
+	p.svc.sessions.addOpen(k, n.rec.Ino, write, p.svc.now(), p.svc.cfg.SessionLease)
+}
+
+func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if s.sessions.dropOpen(r.key, q.Ino, q.Flags&wire.OpenAccessMode != wire.OpenReadOnly) {
+		p.releaseOpens(ctx, q.Ino, 1)
+	}
+	return ok(&wire.Empty{})
+}
+
+// releaseOpens ends k opens of ino; an orphan without opens is freed.
+func (p *partition) releaseOpens(ctx context.Context, ino uint64, k int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.inodes[ino]
+	if n == nil {
+		return
+	}
+	n.opens = max(0, n.opens-k)
+	if n.opens == 0 && n.rec.Flags&wire.InodeOrphan != 0 && !n.busy {
+		p.startFree(n)
+	}
+}
+
+// freeOrphans frees the orphans nobody reclaimed (after a restart's
+// grace period).
+func (p *partition) freeOrphans(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.inodes {
+		if n.rec.Flags&wire.InodeOrphan != 0 && n.opens == 0 && !n.busy {
+			p.startFree(n)
+		}
+	}
+}
+
+// freeRecords returns the records that end inode n, which has no links
+// and no opens: a regular file with data is marked freeing (its data is
+// freed by finishFree, then the inode); anything else goes at once.
+func (p *partition) freeRecords(rec *wire.InodeRecord) (recs []wire.Record, async bool) {
+	if rec.Mode&wire.ModeType == wire.ModeRegular && rec.Size > 0 {
+		r := *rec
+		r.Flags = r.Flags&^wire.InodeOrphan | wire.InodeFreeing
+		return []wire.Record{&r}, true
+	}
+	return []wire.Record{&wire.InodeFreeRecord{Ino: rec.Ino}}, false
+}
+
+// startFree frees orphan n. The caller holds p.mu exclusively.
+func (p *partition) startFree(n *inode) {
+	ino := n.rec.Ino
+	recs, async := p.freeRecords(&n.rec)
+	if err := p.commit(recs...); err != nil {
+		p.svc.log.Error("freeing an orphan failed; it is retried at the next start", "ino", ino, "err", err)
+		return
+	}
+	p.adv.dropInode(ino)
+	if async {
+		p.svc.goBackground(func(ctx context.Context) { p.finishFree(ctx, ino) })
+	}
+}
+
+// finishFree frees a freeing inode's data, then the inode (also after a
+// restart).
+func (p *partition) finishFree(ctx context.Context, ino uint64) {
+	p.mu.RLock()
+	n := p.inodes[ino]
+	var size uint64
+	if n != nil {
+		size = n.rec.Size
+	}
+	p.mu.RUnlock()
+	if n == nil {
+		return
+	}
+	if err := retry(ctx, func() error { return p.svc.cfg.Data.Free(ctx, ino, size) }, p.svc.log, "free data"); err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := p.inodes[ino]; n != nil && n.rec.Flags&wire.InodeFreeing != 0 {
+		if err := p.commit(&wire.InodeFreeRecord{Ino: ino}); err != nil {
+			p.svc.log.Error("freeing an inode failed; it is retried at the next start", "ino", ino, "err", err)
+		}
+	}
+}
+
+// dropLinkRecords returns the records that remove one link of n (all
+// links of a directory) at time now, and whether its data must then be
+// freed in the background.
+func (p *partition) dropLinkRecords(n *inode, now wire.Timespec) (recs []wire.Record, async bool) {
+	rec := n.rec
+	rec.Ctime = now
+	if n.isDir() {
+		rec.Nlink = 0
+		rec.Flags |= wire.InodeDead
+	} else if rec.Nlink > 0 {
+		rec.Nlink--
+	}
+	if rec.Nlink > 0 {
+		return []wire.Record{&rec}, false
+	}
+	if n.opens > 0 {
+		rec.Flags |= wire.InodeOrphan
+		return []wire.Record{&rec}, false
+	}
+	return p.freeRecords(&rec)
+}
+
+func (s *Service) setxattr(ctx context.Context, r *request, q *wire.SetXattrRequest) result {
+	if q.Flags&^(wire.XattrCreate|wire.XattrReplace) != 0 {
+		return fail(status(syscall.EINVAL))
+	}
+	if e := checkXattrName(q.Name); e != 0 {
+		return fail(status(e))
+	}
+	if len(q.Value) > wire.MaxXattrValueLen {
+		return fail(status(syscall.E2BIG))
+	}
+	return s.xattrChange(ctx, r, q.Ino, q.Name, func(n *inode) ([]wire.Record, syscall.Errno) {
+		old, exists := n.xattrs[q.Name]
+		switch {
+		case q.Flags&wire.XattrCreate != 0 && exists:
+			return nil, syscall.EEXIST
+		case q.Flags&wire.XattrReplace != 0 && !exists:
+			return nil, syscall.ENODATA
+		case n.xbytes-len(old)-boolLen(exists, q.Name)+len(q.Name)+len(q.Value) > wire.MaxXattrTotal:
+			return nil, syscall.ENOSPC
+		}
+		return []wire.Record{&wire.XattrSetRecord{Ino: q.Ino, Name: q.Name, Value: bytes.Clone(q.Value)}}, 0
+	})
+}
+
+func boolLen(b bool, s string) int {
+	if b {
+		return len(s)
+	}
+	return 0
+}
+
+func (s *Service) removexattr(ctx context.Context, r *request, q *wire.RemoveXattrRequest) result {
+	if e := checkXattrName(q.Name); e != 0 {
+		return fail(status(e))
+	}
+	return s.xattrChange(ctx, r, q.Ino, q.Name, func(n *inode) ([]wire.Record, syscall.Errno) {
+		if _, exists := n.xattrs[q.Name]; !exists {
+			return nil, syscall.ENODATA
+		}
+		return []wire.Record{&wire.XattrRemoveRecord{Ino: q.Ino, Name: q.Name}}, 0
+	})
+}
+
+// xattrChange checks the caller may write xattr name of ino and appends
+// what change returns with the inode's new ctime.
+func (s *Service) xattrChange(ctx context.Context, r *request, ino uint64, name string,
+	change func(n *inode) ([]wire.Record, syscall.Errno)) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, st := p.inodeExclusive(ctx, ino, 0, wire.TxnID{})
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if e := xattrPermission(n, name, r.cred, true); e != 0 {
+		return fail(status(e))
+	}
+	recs, e := change(n)
+	if e != 0 {
+		return fail(status(e))
+	}
+	rec := n.rec
+	rec.Ctime = wire.TimespecOf(s.now())
+	res := ok(&wire.Empty{})
+	recs = append(recs, &rec)
+	if err := p.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}
+
+func (s *Service) advisoryLock(ctx context.Context, r *request, q *wire.LockRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	_, st = p.inodeShared(ctx, q.Ino, 0)
+	p.mu.RUnlock()
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	want := heldLock{client: r.key.id, Lock: q.Lock}
+	if r.op == wire.OpGetLk {
+		return ok(&wire.LockReply{Lock: p.adv.test(q.Ino, want)})
+	}
+	if q.Lock.Type != wire.LockUnlock {
+		s.sessions.touch(r.key, s.now(), s.cfg.SessionLease)
+	}
+	if e := p.adv.set(q.Ino, want); e != 0 {
+		return fail(status(e))
+	}
+	return ok(&wire.Empty{})
+}

@@ -1,0 +1,327 @@
+package metadata
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/wire"
+)
+
+// maxLinks is the largest link count (EMLINK past it), ext4's.
+const maxLinks = 65000
+
+// inherit applies what a new inode takes from its directory: the group
+// of a setgid directory (and, for a directory, the setgid bit), and
+// Linux's mode_strip_sgid rule.
+func inherit(rec *wire.InodeRecord, dirMode, dirGID uint32, c *wire.Cred) {
+	isDir := rec.Mode&wire.ModeType == wire.ModeDir
+	if dirMode&wire.ModeSetgid == 0 {
+		return
+	}
+	rec.GID = dirGID
+	if isDir {
+		rec.Mode |= wire.ModeSetgid
+		return
+	}
+	if rec.Mode&(wire.ModeSetgid|0o010) == wire.ModeSetgid|0o010 && !c.IsRoot() && !c.InGroup(dirGID) {
+		rec.Mode &^= wire.ModeSetgid
+	}
+}
+
+// addEntryChecks is what adding name to directory d requires (create,
+// link, and the directory side of both). It returns 0 when the entry can
+// be added now, StatusLocked to wait, or the errno. dirIsNew says the
+// entry is a directory (d gains a link).
+func (p *partition) addEntryChecks(d *inode, name string, c *wire.Cred, newIsDir bool) wire.Status {
+	switch {
+	case d == nil:
+		return status(syscall.ENOENT)
+	case d.pending():
+		return wire.StatusLocked
+	case !d.isDir():
+		return status(syscall.ENOTDIR)
+	case !permits(&d.rec, c, wire.AccessExec):
+		return status(syscall.EACCES)
+	case p.entryLocked(d.rec.Ino, name, wire.TxnID{}):
+		return wire.StatusLocked
+	case d.dir.get(name) != nil:
+		return status(syscall.EEXIST)
+	case d.dead():
+		return status(syscall.ENOENT)
+	case !permits(&d.rec, c, wire.AccessWrite):
+		return status(syscall.EACCES)
+	case newIsDir && d.rec.Nlink >= maxLinks:
+		return status(syscall.EMLINK)
+	}
+	return wire.StatusOK
+}
+
+// addEntryRecords returns the records that add name -> ino to d at now.
+func addEntryRecords(d *inode, name string, ino uint64, typ uint32, now wire.Timespec) []wire.Record {
+	drec := d.rec
+	cookie := drec.NextCookie
+	drec.NextCookie++
+	drec.Mtime, drec.Ctime = now, now
+	if typ == wire.ModeDir {
+		drec.Nlink++
+	}
+	return []wire.Record{&wire.EntryAddRecord{Dir: drec.Ino, Name: name, Ino: ino, Type: typ, Cookie: cookie}, &drec}
+}
+
+func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) result {
+	typ := q.Mode & wire.ModeType
+	perm := q.Mode & wire.ModePerm
+	switch r.op {
+	case wire.OpMkdir:
+		typ = wire.ModeDir
+	case wire.OpSymlink:
+		typ, perm = wire.ModeSymlink, 0o777
+	default:
+		switch typ {
+		case 0:
+			typ = wire.ModeRegular
+		case wire.ModeRegular, wire.ModeFIFO, wire.ModeSocket:
+		case wire.ModeChar, wire.ModeBlock:
+			if !r.cred.IsRoot() {
+				return fail(status(syscall.EPERM))
+			}
+		default:
+			return fail(status(syscall.EINVAL))
+		}
+	}
+	if e := checkName(q.Name); e != 0 {
+		return fail(status(e))
+	}
+	if isDots(q.Name) {
+		return fail(status(syscall.EEXIST))
+	}
+	if r.op == wire.OpSymlink {
+		switch {
+		case q.Target == "":
+			return fail(status(syscall.ENOENT))
+		case len(q.Target) > wire.MaxSymlinkLen:
+			return fail(status(syscall.ENAMETOOLONG))
+		}
+	}
+	m := s.cfg.Map.Current()
+	if !m.Initialized() {
+		return fail(wire.StatusNotReady)
+	}
+	p, st := s.partition(ctx, m.NewInodePartition(q.Parent, q.Name))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	now := wire.TimespecOf(s.now())
+	rec := wire.InodeRecord{Gen: s.newGen(), Mode: typ | perm, UID: r.cred.UID, GID: r.cred.GID, Nlink: 1,
+		Atime: now, Mtime: now, Ctime: now, Btime: now}
+	switch typ {
+	case wire.ModeDir:
+		rec.Nlink, rec.Parent, rec.NextCookie = 2, q.Parent, firstCookie
+	case wire.ModeSymlink:
+		rec.Target = q.Target
+	case wire.ModeChar, wire.ModeBlock:
+		rec.Rdev = q.Rdev
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var res result
+	if cluster.PartitionOf(q.Parent) == p.id {
+		res = p.makeLocal(ctx, r, q.Parent, q.Name, rec, now)
+	} else {
+		rec.Ino = cluster.InodeNumber(p.id, p.nextIno)
+		rec.Flags = wire.InodePending
+		txn, extra := p.newTxn()
+		in := &wire.IntentRecord{Txn: txn, Op: wire.IntentCreate, Parent: q.Parent, Name: q.Name, Ino: rec.Ino, Type: typ,
+			ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}
+		if err := p.commit(nonNil(extra, &rec, in)...); err != nil {
+			return fail(wire.StatusInternal)
+		}
+		res = p.finishCreate(in)
+	}
+	if res.status == wire.StatusOK && q.Open && typ == wire.ModeRegular {
+		if n := p.inodes[res.body.(*wire.AttrReply).Attr.Ino]; n != nil {
+			p.addOpen(r.key, n, q.OpenFlags&wire.OpenAccessMode != wire.OpenReadOnly)
+		}
+	}
+	return res
+}
+
+// makeLocal creates rec as name in parent, both in p: one append. The
+// caller holds p.mu exclusively.
+func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, name string, rec wire.InodeRecord, now wire.Timespec) result {
+	typ := rec.Mode & wire.ModeType
+	var d *inode
+	for {
+		d = p.inodes[parent]
+		st := p.addEntryChecks(d, name, r.cred, typ == wire.ModeDir)
+		if st == wire.StatusOK {
+			break
+		}
+		if st != wire.StatusLocked {
+			return fail(st)
+		}
+		if err := p.wait(ctx); err != nil {
+			return waitFailed()
+		}
+	}
+	rec.Ino = cluster.InodeNumber(p.id, p.nextIno)
+	inherit(&rec, d.rec.Mode, d.rec.GID, r.cred)
+	res := ok(&wire.AttrReply{Attr: attrOf(&rec)})
+	recs := append([]wire.Record{&rec}, addEntryRecords(d, name, rec.Ino, typ, now)...)
+	if err := p.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}
+
+// finishCreate runs a creation intent to its end (also after a restart):
+// it has the directory's owner add the entry, then commits the inode or
+// frees it. The caller holds p.mu exclusively; it is released while the
+// peer works.
+func (p *partition) finishCreate(in *wire.IntentRecord) result {
+	s := p.svc
+	req := &wire.EntryAddRequest{Txn: in.Txn, Watermark: p.watermark(), Dir: in.Parent, Name: in.Name, Ino: in.Ino, Type: in.Type}
+	p.mu.Unlock()
+	var rep wire.EntryAddReply
+	rh, err := s.peer(s.ctx, wire.OpEntryAdd, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
+	p.mu.Lock()
+	if err != nil {
+		return fail(wire.StatusNotReady)
+	}
+	n := p.inodes[in.Ino]
+	var res result
+	var recs []wire.Record
+	if rh.Status == wire.StatusOK {
+		rec := n.rec
+		rec.Flags &^= wire.InodePending
+		inherit(&rec, rep.DirMode, rep.DirGID, &in.Cred)
+		res = ok(&wire.AttrReply{Attr: attrOf(&rec)})
+		recs = []wire.Record{&rec}
+	} else {
+		res = fail(peerStatus(rh.Status))
+		recs = []wire.Record{&wire.InodeFreeRecord{Ino: in.Ino}}
+	}
+	recs = append(recs, &wire.IntentDoneRecord{Txn: in.Txn})
+	if rr := intentRecord(in, res); rr != nil {
+		recs = append(recs, rr)
+	}
+	if err := p.commit(recs...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}
+
+// peerStatus is what a client is told when a peer's answer ends a
+// protocol: its errno, or EIO for anything else.
+func peerStatus(st wire.Status) wire.Status {
+	if st.IsErrno() || st == wire.StatusOK || st == wire.StatusRedirect {
+		return st
+	}
+	return status(syscall.EIO)
+}
+
+// intentRecord is the RequestRecord of the request an intent serves.
+func intentRecord(in *wire.IntentRecord, res result) wire.Record {
+	if in.Seq == 0 || !final(res.status) {
+		return nil
+	}
+	return &wire.RequestRecord{ClientID: in.ClientID, Incarnation: in.Incarnation, Seq: in.Seq, Status: res.status, Reply: res.bytes()}
+}
+
+func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) result {
+	if e := checkName(q.NewName); e != 0 {
+		return fail(status(e))
+	}
+	if isDots(q.NewName) {
+		return fail(status(syscall.EEXIST))
+	}
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n *inode
+	for {
+		n, st = p.inodeExclusive(ctx, q.Ino, 0, wire.TxnID{})
+		if st != wire.StatusOK {
+			return fail(st)
+		}
+		switch {
+		case n.isDir():
+			return fail(status(syscall.EPERM))
+		case n.gone() || n.rec.Nlink == 0:
+			return fail(status(syscall.ENOENT))
+		case n.rec.Nlink >= maxLinks:
+			return fail(status(syscall.EMLINK))
+		}
+		if cluster.PartitionOf(q.NewParent) != p.id {
+			break
+		}
+		d := p.inodes[q.NewParent]
+		st = p.addEntryChecks(d, q.NewName, r.cred, false)
+		if st == wire.StatusLocked {
+			if err := p.wait(ctx); err != nil {
+				return waitFailed()
+			}
+			continue
+		}
+		if st != wire.StatusOK {
+			return fail(st)
+		}
+		now := wire.TimespecOf(s.now())
+		rec := n.rec
+		rec.Nlink++
+		rec.Ctime = now
+		res := ok(&wire.AttrReply{Attr: attrOf(&rec)})
+		recs := append(addEntryRecords(d, q.NewName, q.Ino, rec.Mode&wire.ModeType, now), &rec)
+		if err := p.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
+			return fail(wire.StatusInternal)
+		}
+		return res
+	}
+	rec := n.rec
+	rec.Nlink++
+	rec.Ctime = wire.TimespecOf(s.now())
+	txn, extra := p.newTxn()
+	in := &wire.IntentRecord{Txn: txn, Op: wire.IntentLink, Parent: q.NewParent, Name: q.NewName, Ino: q.Ino,
+		Type: rec.Mode & wire.ModeType, ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}
+	if err := p.commit(nonNil(extra, &rec, in)...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return p.finishLink(in)
+}
+
+// finishLink runs a link intent to its end (also after a restart). The
+// caller holds p.mu exclusively.
+func (p *partition) finishLink(in *wire.IntentRecord) result {
+	s := p.svc
+	req := &wire.EntryAddRequest{Txn: in.Txn, Watermark: p.watermark(), Dir: in.Parent, Name: in.Name, Ino: in.Ino, Type: in.Type}
+	p.mu.Unlock()
+	var rep wire.EntryAddReply
+	rh, err := s.peer(s.ctx, wire.OpEntryAdd, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
+	p.mu.Lock()
+	if err != nil {
+		return fail(wire.StatusNotReady)
+	}
+	n := p.inodes[in.Ino]
+	var res result
+	var recs []wire.Record
+	if rh.Status == wire.StatusOK {
+		res = ok(&wire.AttrReply{Attr: n.attr()})
+	} else {
+		res = fail(peerStatus(rh.Status))
+		rec := n.rec
+		rec.Nlink--
+		recs = append(recs, &rec)
+	}
+	recs = append(recs, &wire.IntentDoneRecord{Txn: in.Txn})
+	if rr := intentRecord(in, res); rr != nil {
+		recs = append(recs, rr)
+	}
+	if err := p.commit(recs...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	return res
+}

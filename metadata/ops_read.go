@@ -1,0 +1,347 @@
+package metadata
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/wire"
+)
+
+// inodeShared returns inode ino for a holder of p.mu shared, waiting while
+// it is pending (a creation not yet confirmed by its directory). A
+// missing inode is ESTALE when the caller named a generation, else
+// ENOENT; so is a generation mismatch.
+func (p *partition) inodeShared(ctx context.Context, ino, gen uint64) (*inode, wire.Status) {
+	for {
+		n := p.inodes[ino]
+		if n == nil || (gen != 0 && n.rec.Gen != gen) {
+			if gen != 0 {
+				return nil, status(syscall.ESTALE)
+			}
+			return nil, status(syscall.ENOENT)
+		}
+		if !n.pending() {
+			return n, wire.StatusOK
+		}
+		if err := p.rwait(ctx); err != nil {
+			return nil, wire.StatusNotReady
+		}
+	}
+}
+
+// inodeExclusive is inodeShared for a holder of p.mu exclusively, which
+// also waits while the inode is busy with another protocol or locked by
+// a rename (unless by txn).
+func (p *partition) inodeExclusive(ctx context.Context, ino, gen uint64, txn wire.TxnID) (*inode, wire.Status) {
+	for {
+		n := p.inodes[ino]
+		if n == nil || (gen != 0 && n.rec.Gen != gen) {
+			if gen != 0 {
+				return nil, status(syscall.ESTALE)
+			}
+			return nil, status(syscall.ENOENT)
+		}
+		if !n.pending() && !n.busy && !p.inodeLocked(ino, txn) {
+			return n, wire.StatusOK
+		}
+		if err := p.wait(ctx); err != nil {
+			return nil, wire.StatusNotReady
+		}
+	}
+}
+
+func (s *Service) lookup(ctx context.Context, r *request, q *wire.LookupRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Parent))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	d, st := p.inodeShared(ctx, q.Parent, 0)
+	if st != wire.StatusOK {
+		p.mu.RUnlock()
+		return fail(st)
+	}
+	var rep wire.LookupReply
+	switch {
+	case !d.isDir():
+		st = status(syscall.ENOTDIR)
+	case !permits(&d.rec, r.cred, wire.AccessExec):
+		st = status(syscall.EACCES)
+	case q.Name == ".":
+		rep.Ino, rep.Type = q.Parent, wire.ModeDir
+	case q.Name == "..":
+		rep.Ino, rep.Type = d.rec.Parent, wire.ModeDir
+	default:
+		if e := checkName(q.Name); e != 0 {
+			st = status(e)
+			break
+		}
+		e := d.dir.get(q.Name)
+		if e == nil {
+			st = status(syscall.ENOENT)
+			break
+		}
+		rep.Ino, rep.Type = e.ino, e.typ
+	}
+	p.mu.RUnlock()
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	// Bring the attributes along when this node has the inode.
+	cp := p
+	if pid := cluster.PartitionOf(rep.Ino); pid != p.id {
+		cp = nil
+		if s.owns(pid) {
+			cp = s.localPartition(ctx, pid)
+		}
+	}
+	if cp != nil {
+		cp.mu.RLock()
+		if n := cp.inodes[rep.Ino]; n != nil && !n.pending() {
+			rep.Attr, rep.HasAttr = n.attr(), true
+		}
+		cp.mu.RUnlock()
+	}
+	return ok(&rep)
+}
+
+func (s *Service) getattr(ctx context.Context, q *wire.GetAttrRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, q.Gen)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	return ok(&wire.AttrReply{Attr: n.attr()})
+}
+
+func (s *Service) readlink(ctx context.Context, q *wire.InoRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if !n.isSymlink() {
+		return fail(status(syscall.EINVAL))
+	}
+	return ok(&wire.ReadlinkReply{Target: n.rec.Target})
+}
+
+func (s *Service) getParent(ctx context.Context, q *wire.InoRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if !n.isDir() {
+		return fail(status(syscall.ENOTDIR))
+	}
+	return ok(&wire.GetParentReply{Parent: n.rec.Parent})
+}
+
+// maxReadDirBytes caps a readdir reply whatever the caller asks.
+const maxReadDirBytes = 1 << 20
+
+func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if !n.isDir() {
+		return fail(status(syscall.ENOTDIR))
+	}
+	if !permits(&n.rec, r.cred, wire.AccessRead) {
+		return fail(status(syscall.EACCES))
+	}
+	budget := int(q.MaxBytes)
+	if budget == 0 {
+		budget = int(s.cfg.ReadDirBytes)
+	}
+	budget = min(budget, maxReadDirBytes)
+	rep := &wire.ReadDirReply{EOF: true}
+	used := 8
+	n.dir.after(q.Cookie, func(e *dentry) bool {
+		size := 22 + len(e.name)
+		if (q.MaxEntries != 0 && len(rep.Entries) >= int(q.MaxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
+			rep.EOF = false
+			return false
+		}
+		used += size
+		rep.Entries = append(rep.Entries, wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie})
+		return true
+	})
+	return ok(rep)
+}
+
+func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest) result {
+	if q.Mask&^7 != 0 {
+		return fail(status(syscall.EINVAL))
+	}
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if !permits(&n.rec, r.cred, q.Mask) {
+		return fail(status(syscall.EACCES))
+	}
+	return ok(&wire.Empty{})
+}
+
+func (s *Service) statfs() result {
+	st := s.cfg.Store.Region().Stats()
+	files := uint64(0)
+	for _, p := range s.loaded() {
+		p.mu.RLock()
+		files += uint64(len(p.inodes))
+		p.mu.RUnlock()
+	}
+	free := st.Blocks - st.BlocksUsed
+	// An inode with its entry takes about 256 bytes of log.
+	ffree := free * uint64(st.BlockSize) / 256
+	return ok(&wire.StatFSReply{Bsize: st.BlockSize, Blocks: st.Blocks, Bfree: free, Bavail: free,
+		Files: files + ffree, Ffree: ffree, NameLen: wire.MaxNameLen})
+}
+
+// Xattr namespaces, as Linux's xattr_permission treats them.
+const (
+	xattrUser     = "user."
+	xattrTrusted  = "trusted."
+	xattrSecurity = "security."
+	xattrSystem   = "system."
+)
+
+// checkXattrName applies the name rules: ERANGE for an empty or too long
+// name, EOPNOTSUPP for a namespace octofs does not keep (system.*: POSIX
+// ACLs are not supported) or an unknown one.
+func checkXattrName(name string) syscall.Errno {
+	switch {
+	case name == "" || len(name) > wire.MaxXattrNameLen:
+		return syscall.ERANGE
+	case strings.HasPrefix(name, xattrUser) && len(name) > len(xattrUser),
+		strings.HasPrefix(name, xattrTrusted) && len(name) > len(xattrTrusted),
+		strings.HasPrefix(name, xattrSecurity) && len(name) > len(xattrSecurity):
+		return 0
+	}
+	return syscall.EOPNOTSUPP
+}
+
+// xattrPermission is Linux's xattr_permission plus the security
+// module's default rule for security.* (writes need CAP_SYS_ADMIN).
+func xattrPermission(n *inode, name string, c *wire.Cred, write bool) syscall.Errno {
+	mask := wire.AccessRead
+	if write {
+		mask = wire.AccessWrite
+	}
+	switch {
+	case strings.HasPrefix(name, xattrSecurity):
+		if write && !c.IsRoot() {
+			return syscall.EPERM
+		}
+		return 0
+	case strings.HasPrefix(name, xattrTrusted):
+		if !c.IsRoot() {
+			if write {
+				return syscall.EPERM
+			}
+			return syscall.ENODATA
+		}
+		return 0
+	case strings.HasPrefix(name, xattrUser):
+		if !n.isRegular() && !n.isDir() {
+			if write {
+				return syscall.EPERM
+			}
+			return syscall.ENODATA
+		}
+		if n.isDir() && n.rec.Mode&wire.ModeSticky != 0 && write && !ownerOrRoot(&n.rec, c) {
+			return syscall.EPERM
+		}
+	}
+	if !permits(&n.rec, c, mask) {
+		return syscall.EACCES
+	}
+	return 0
+}
+
+func (s *Service) getxattr(ctx context.Context, r *request, q *wire.GetXattrRequest) result {
+	if e := checkXattrName(q.Name); e != 0 {
+		return fail(status(e))
+	}
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if e := xattrPermission(n, q.Name, r.cred, false); e != 0 {
+		return fail(status(e))
+	}
+	v, found := n.xattrs[q.Name]
+	if !found {
+		return fail(status(syscall.ENODATA))
+	}
+	if q.Size != 0 && uint64(len(v)) > uint64(q.Size) {
+		return fail(status(syscall.ERANGE))
+	}
+	return ok(&wire.GetXattrReply{Value: slices.Clone(v)})
+}
+
+func (s *Service) listxattr(ctx context.Context, r *request, q *wire.ListXattrRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	var names []string
+	size := 0
+	for name := range n.xattrs {
+		if strings.HasPrefix(name, xattrTrusted) && !r.cred.IsRoot() {
+			continue
+		}
+		names = append(names, name)
+		size += len(name) + 1
+	}
+	if q.Size != 0 && size > int(q.Size) {
+		return fail(status(syscall.ERANGE))
+	}
+	slices.Sort(names)
+	return ok(&wire.ListXattrReply{Names: names})
+}

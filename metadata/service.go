@@ -1,0 +1,413 @@
+package metadata
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/mdclient"
+	"github.com/octofs/octofs/metadata/wire"
+	"github.com/octofs/octofs/pmem/plog"
+)
+
+// DataHooks is what the namespace service needs from the chunk service:
+// freeing file data. The node implements it with the chunk service's
+// client. Both calls must be idempotent: after a crash they run again.
+type DataHooks interface {
+	// Truncate frees the data of regular file ino beyond size and zeroes
+	// the rest of the block that holds byte size, so the file reads
+	// zeros past size if it grows again. oldSize is the size before.
+	Truncate(ctx context.Context, ino, oldSize, size uint64) error
+	// Free frees all data of regular file ino (its size was size).
+	Free(ctx context.Context, ino, size uint64) error
+}
+
+// NoData is DataHooks for a service without a data path (tests of the
+// namespace alone): there is never data to free.
+type NoData struct{}
+
+// Truncate implements DataHooks.
+func (NoData) Truncate(context.Context, uint64, uint64, uint64) error { return nil }
+
+// Free implements DataHooks.
+func (NoData) Free(context.Context, uint64, uint64) error { return nil }
+
+// Config configures a Service. Node, Map, Store and Peers are required.
+type Config struct {
+	// Node is this node's id in the cluster map.
+	Node cluster.NodeID
+	// Map follows the cluster map: the service serves the partitions the
+	// map gives Node.
+	Map cluster.MapSource
+	// Store holds the partition logs (service ServiceID).
+	Store *plog.Store
+	// Pin is called before a partition's log is first created, so that
+	// the partition never moves away from its data (cluster.Node's
+	// PinPartition). nil: no pinning (tests).
+	Pin func(ctx context.Context, partition uint32) error
+	// Peers carries node-to-node requests. Requests for partitions this
+	// node owns never go through it.
+	Peers mdclient.Caller
+	// Data frees file data (nil: NoData).
+	Data DataHooks
+	// Clock gives the time (nil: time.Now).
+	Clock func() time.Time
+	// Logger (nil: discard).
+	Logger *slog.Logger
+	// Incarnation identifies this process (0: its start time in ns). It
+	// must grow across restarts of the node: peers fence older ones.
+	Incarnation uint64
+
+	// SessionLease is how long a client's opens and locks outlive its
+	// last request (default 30s).
+	SessionLease time.Duration
+	// OrphanGrace is how long after a start an orphan (an unlinked file
+	// that was open) waits for a client to reclaim its open before it is
+	// freed (default 2*SessionLease).
+	OrphanGrace time.Duration
+	// ResolveInterval: a rename lock held longer than this makes its
+	// holder ask the transaction's coordinator what became of it
+	// (default 1s).
+	ResolveInterval time.Duration
+	// RewriteMinBytes and RewriteRatio: a partition log is rewritten
+	// when it is larger than RewriteMinBytes and RewriteRatio times the
+	// live state (defaults 64 MiB and 4).
+	RewriteMinBytes uint64
+	RewriteRatio    int64
+	// ReadDirBytes is the default reply budget of readdir (64 KiB).
+	ReadDirBytes uint32
+}
+
+// Service is a node's namespace service.
+type Service struct {
+	cfg  Config
+	log  *slog.Logger
+	now  func() time.Time
+	inc  uint64
+	self uint64 // this node's sender id in node-to-node requests
+
+	mu    sync.Mutex
+	parts map[uint32]*partSlot
+	rng   *rand.Rand
+
+	dedup    *dedupTable
+	sessions *sessionTable
+	faults   faults
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed bool
+	start  time.Time
+}
+
+type partSlot struct {
+	ready chan struct{}
+	p     *partition
+	err   error
+}
+
+// faults lets in-package crash tests stop the service between protocol
+// steps. Zero in production.
+type faults struct {
+	append func(partition uint32, recs []wire.Record) error
+	peer   func(op wire.Op, partition uint32) error
+}
+
+func (f *faults) beforeAppend(p uint32, recs []wire.Record) error {
+	if f.append != nil {
+		return f.append(p, recs)
+	}
+	return nil
+}
+
+// NodeSenderID is the sender id a node's requests carry (fnv-64a of its
+// id).
+func NodeSenderID(id cluster.NodeID) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte("node:"))
+	h.Write([]byte(id))
+	return h.Sum64() | 1
+}
+
+// New opens the namespace logs in cfg.Store, replays them and starts
+// recovery of the transactions they left unfinished.
+func New(cfg Config) (*Service, error) {
+	if cfg.Node == "" || cfg.Map == nil || cfg.Store == nil || cfg.Peers == nil {
+		return nil, fmt.Errorf("metadata: Config needs Node, Map, Store and Peers")
+	}
+	if cfg.Data == nil {
+		cfg.Data = NoData{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Incarnation == 0 {
+		cfg.Incarnation = uint64(cfg.Clock().UnixNano())
+	}
+	if cfg.SessionLease <= 0 {
+		cfg.SessionLease = 30 * time.Second
+	}
+	if cfg.OrphanGrace <= 0 {
+		cfg.OrphanGrace = 2 * cfg.SessionLease
+	}
+	if cfg.ResolveInterval <= 0 {
+		cfg.ResolveInterval = time.Second
+	}
+	if cfg.RewriteMinBytes == 0 {
+		cfg.RewriteMinBytes = 64 << 20
+	}
+	if cfg.RewriteRatio <= 0 {
+		cfg.RewriteRatio = 4
+	}
+	if cfg.ReadDirBytes == 0 {
+		cfg.ReadDirBytes = 64 << 10
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Service{
+		cfg: cfg, log: log.With("node", cfg.Node), now: cfg.Clock, inc: cfg.Incarnation,
+		self:     NodeSenderID(cfg.Node),
+		parts:    map[uint32]*partSlot{},
+		rng:      rand.New(rand.NewPCG(cfg.Incarnation, uint64(cfg.Clock().UnixNano()))),
+		sessions: newSessions(),
+		ctx:      ctx, cancel: cancel,
+	}
+	s.start = s.now()
+	s.dedup = newDedup(s.now)
+	for _, id := range cfg.Store.IDs() {
+		if id.Service != ServiceID {
+			continue
+		}
+		if _, err := s.openPartition(ctx, id.Partition, false); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	s.goBackground(s.janitor)
+	return s, nil
+}
+
+// Close stops the background work and waits for it. Requests in flight
+// fail; the logs stay as they are (a new Service on the same Store
+// recovers).
+func (s *Service) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// newGen returns a fresh inode generation.
+func (s *Service) newGen() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rng.Uint64() | 1
+}
+
+// Incarnation is this process's incarnation.
+func (s *Service) Incarnation() uint64 { return s.inc }
+
+func (s *Service) goBackground(fn func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn(s.ctx)
+	}()
+}
+
+func (s *Service) epoch() uint64 { return s.cfg.Map.Current().Epoch }
+
+// owns reports whether the current map gives partition p to this node.
+func (s *Service) owns(p uint32) bool {
+	m := s.cfg.Map.Current()
+	if !m.Initialized() || p >= m.NumPartitions() {
+		return false
+	}
+	return m.Partitions[p] == s.cfg.Node
+}
+
+// partition returns partition id, opening it (and creating its log,
+// after pinning it) on first use. It answers StatusWrongOwner when the
+// map does not give the partition to this node.
+func (s *Service) partition(ctx context.Context, id uint32) (*partition, wire.Status) {
+	if !s.owns(id) {
+		return nil, wire.StatusWrongOwner
+	}
+	p, err := s.openPartition(ctx, id, true)
+	if err != nil {
+		if ctx.Err() != nil || errors.Is(err, errClosed) {
+			return nil, wire.StatusNotReady
+		}
+		s.log.Error("partition cannot be opened", "partition", id, "err", err)
+		return nil, wire.StatusInternal
+	}
+	return p, wire.StatusOK
+}
+
+func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*partition, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	slot := s.parts[id]
+	if slot != nil {
+		s.mu.Unlock()
+		select {
+		case <-slot.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if slot.err != nil {
+			return nil, slot.err
+		}
+		return slot.p, nil
+	}
+	slot = &partSlot{ready: make(chan struct{})}
+	s.parts[id] = slot
+	s.mu.Unlock()
+	slot.p, slot.err = s.loadPartition(ctx, id, create)
+	if slot.err != nil {
+		// Let a later request try again.
+		s.mu.Lock()
+		delete(s.parts, id)
+		s.mu.Unlock()
+	}
+	close(slot.ready)
+	if slot.err == nil {
+		s.recoverPartition(slot.p)
+	}
+	return slot.p, slot.err
+}
+
+func (s *Service) loadPartition(ctx context.Context, id uint32, create bool) (*partition, error) {
+	lid := plog.LogID{Service: ServiceID, Partition: id}
+	exists := slices.Contains(s.cfg.Store.IDs(), lid)
+	if !exists {
+		if !create {
+			return nil, fmt.Errorf("metadata: partition %d has no log", id)
+		}
+		if s.cfg.Pin != nil {
+			if err := s.cfg.Pin(ctx, id); err != nil {
+				return nil, fmt.Errorf("metadata: pin partition %d before creating its log: %w", id, err)
+			}
+		}
+	}
+	l, err := s.cfg.Store.Log(lid)
+	if err != nil {
+		return nil, fmt.Errorf("metadata: open the log of partition %d: %w", id, err)
+	}
+	p := newPartition(s, id, l)
+	if err := p.replay(); err != nil {
+		return nil, fmt.Errorf("metadata: replay partition %d: %w", id, err)
+	}
+	if id == cluster.PartitionOf(cluster.RootInode) {
+		if err := p.ensureRoot(); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Debug("partition open", "partition", id, "inodes", len(p.inodes), "intents", len(p.intents), "decisions", len(p.decisions))
+	return p, nil
+}
+
+// ensureRoot creates the root directory in partition 0's log on its
+// first use.
+func (p *partition) ensureRoot() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inodes[cluster.RootInode] != nil {
+		return nil
+	}
+	now := wire.TimespecOf(p.svc.now())
+	root := &wire.InodeRecord{Ino: cluster.RootInode, Gen: 1, Mode: wire.ModeDir | 0o755, Nlink: 2,
+		Atime: now, Mtime: now, Ctime: now, Btime: now, Parent: cluster.RootInode, NextCookie: firstCookie}
+	return p.commit(root, &wire.CountersRecord{NextIno: 2, TxnLimit: p.txnLimit})
+}
+
+// loaded returns the partitions open now.
+func (s *Service) loaded() []*partition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*partition
+	for _, slot := range s.parts {
+		select {
+		case <-slot.ready:
+			if slot.p != nil {
+				out = append(out, slot.p)
+			}
+		default:
+		}
+	}
+	return out
+}
+
+// localPartition returns partition id if this node owns it and has it
+// open (opening it if needed).
+func (s *Service) localPartition(ctx context.Context, id uint32) *partition {
+	p, st := s.partition(ctx, id)
+	if st != wire.StatusOK {
+		return nil
+	}
+	return p
+}
+
+// janitor ends expired sessions, frees orphans whose grace passed, and
+// asks coordinators about rename locks held long.
+func (s *Service) janitor(ctx context.Context) {
+	tick := min(s.cfg.ResolveInterval, s.cfg.SessionLease/4)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := s.now()
+		for _, sess := range s.sessions.expired(now) {
+			s.log.Debug("session expired; releasing its opens and locks", "client", sess.key.id)
+			s.endSession(ctx, sess)
+		}
+		s.dedup.forgetIdle(now.Add(-10 * s.cfg.SessionLease))
+		for _, p := range s.loaded() {
+			p.resolveLocks(ctx)
+			if now.Sub(s.start) > s.cfg.OrphanGrace {
+				p.freeOrphans(ctx)
+			}
+		}
+	}
+}
+
+// endSession releases a session's opens and advisory locks.
+func (s *Service) endSession(ctx context.Context, sess *session) {
+	for ino, oc := range sess.opens {
+		if p := s.localPartition(ctx, cluster.PartitionOf(ino)); p != nil {
+			p.releaseOpens(ctx, ino, oc.n)
+		}
+	}
+	for _, p := range s.loaded() {
+		p.adv.dropClient(sess.key.id)
+	}
+}
