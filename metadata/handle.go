@@ -45,8 +45,8 @@ func (r result) bytes() []byte {
 
 var replyHeaderLen = len(wire.EncodeReply(wire.ReplyHeader{}, nil))
 
-func ok(body wire.Body) result         { return result{body: body} }
-func fail(st wire.Status) result       { return result{status: st} }
+func ok(body wire.Body) result   { return result{body: body} }
+func fail(st wire.Status) result { return result{status: st} }
 
 // final reports whether a status is an answer to keep for repeats (an
 // errno or success), rather than a "go elsewhere / try later".

@@ -213,9 +213,9 @@ func (d *Data) FreedCount(ino uint64) int {
 
 // Config configures a Cluster. Zero fields take defaults.
 type Config struct {
-	Nodes      int    // default 3
-	Partitions int    // default 16
-	RegionSize int    // bytes per node, default 64 MiB
+	Nodes      int // default 3
+	Partitions int // default 16
+	RegionSize int // bytes per node, default 64 MiB
 	Logger     *slog.Logger
 	// Medium, if set, gives node i's medium (formatted by Start).
 	Medium func(i int, size int) pmem.Medium
