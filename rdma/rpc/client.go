@@ -533,11 +533,13 @@ func (c *Client) collect(s uint16) ([]byte, error) {
 	return res, err
 }
 
-// finishLocked completes slot sl's call with a result.
+// finishLocked completes slot sl's call with a result; signal then wakes
+// its caller.
 func finishLocked(sl *cliSlot, res []byte, err error) {
 	sl.result, sl.err, sl.state = res, err, slotDone
-	sl.done <- struct{}{}
 }
+
+func signal(sl *cliSlot) { sl.done <- struct{}{} }
 
 // dispatch handles one completion, on the poller.
 func (c *Client) dispatch(wc *rdma.WorkCompletion) {
@@ -589,7 +591,7 @@ func (c *Client) received(wc *rdma.WorkCompletion, idx int) {
 	sl := &c.slots[slot]
 	var staged, lb *largeBuf
 	var readErr error
-	freeSlot, releaseIt, read := false, false, false
+	freeSlot, releaseIt, read, finished := false, false, false, false
 	c.mu.Lock()
 	if sl.gen != gen || (sl.state != slotWaiting && sl.state != slotAbandoned) || sl.reading != nil || sl.op != h.Op || sl.id != h.RequestID {
 		st := sl.state
@@ -606,12 +608,13 @@ func (c *Client) received(wc *rdma.WorkCompletion, idx int) {
 	case !h.large():
 		res, err := replyResult(&h, payload)
 		finishLocked(sl, res, err)
+		finished = true
 	case int(h.Length) > c.cfg.MaxMessage:
-		releaseIt = true
+		releaseIt, finished = true, true
 		finishLocked(sl, nil, fmt.Errorf("%w: the server ran op %d and replied %d bytes, ClientConfig.MaxMessage is %d", ErrTooLarge, h.Op, h.Length, c.cfg.MaxMessage))
 	default:
 		if lb, readErr = c.bufs.get(int(h.Length)); readErr != nil {
-			releaseIt = true
+			releaseIt, finished = true, true
 			finishLocked(sl, nil, fmt.Errorf("the server ran op %d but its %d-byte reply could not be fetched: %w", h.Op, h.Length, readErr))
 		} else {
 			read = true
@@ -620,8 +623,15 @@ func (c *Client) received(wc *rdma.WorkCompletion, idx int) {
 	}
 	c.mu.Unlock()
 	c.bufs.put(staged)
-	if err := c.postRecv(c.recvWR[idx : idx+1]); err != nil {
-		c.fail(fmt.Errorf("%w: repost a receive: %v", ErrBroken, err))
+	// The receive goes back before the caller learns its result: a
+	// caller could otherwise free the slot and have a new call's reply
+	// arrive while the client has fewer receives posted than slots.
+	repostErr := c.postRecv(c.recvWR[idx : idx+1])
+	if finished {
+		signal(sl)
+	}
+	if repostErr != nil {
+		c.fail(fmt.Errorf("%w: repost a receive: %v", ErrBroken, repostErr))
 		return
 	}
 	switch {
@@ -676,6 +686,7 @@ func (c *Client) readDone(wc *rdma.WorkCompletion, idx int) {
 	case slotReading:
 		res, err := replyResult(&sl.rhdr, lb.mem[:sl.rhdr.Length])
 		finishLocked(sl, res, err)
+		signal(sl)
 	case slotAbandoned:
 		sl.state, freeSlot = slotFree, true
 	}
@@ -710,6 +721,7 @@ func (c *Client) fail(err error) {
 			sl := &c.slots[i]
 			if sl.state == slotWaiting || sl.state == slotReading {
 				finishLocked(sl, nil, err)
+				signal(sl)
 			}
 		}
 		c.mu.Unlock()

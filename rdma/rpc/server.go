@@ -206,6 +206,10 @@ func (s *Server) recvsPerConn() int { return 2 * s.cfg.Slots }
 // counts until a later signaled one completes.
 func (s *Server) sendsPerConn() int { return 2*s.cfg.Slots + signalEvery }
 
+// serverRNRRetry is how often the server resends a reply that found no
+// receive posted at the client before it closes the connection.
+const serverRNRRetry = 6
+
 // signalEvery: one send in this many is signaled, so that verbs providers
 // reclaim send queue entries; the rest complete silently unless they fail.
 const signalEvery = 16
@@ -286,7 +290,12 @@ func (s *Server) Accept(ctx context.Context, req *rdma.ConnRequest, peer Peer) e
 			MaxSendWR: s.sendsPerConn(), MaxRecvWR: s.recvsPerConn(), MaxSendSGE: 1, MaxRecvSGE: 1},
 		// Clients READ large replies from the server's buffers; nothing
 		// else may touch the server's memory.
-		Access:      rdma.AccessRemoteRead,
+		Access: rdma.AccessRemoteRead,
+		// A client keeps a receive posted for every reply it can be
+		// owed, so a reply that meets none is from a client that does
+		// not receive: give up on it after a few tries (7 would retry
+		// forever, at a pace the client's RNR timer sets).
+		RNRRetry:    serverRNRRetry,
 		PrivateData: s.params,
 		Setup:       c.setup,
 	})
