@@ -80,7 +80,10 @@ func newServerConn(s *Server, w *worker, id uint32, peer Peer) (*serverConn, err
 	for i := range c.slots {
 		c.slots[i].readDone = make(chan rdma.WCStatus, 1)
 	}
-	c.ctx, c.cancel = context.WithCancel(s.ctx)
+	// Not derived from the server's context: teardown ends it only once
+	// the queue pair is gone, so that a handler cut short by Close never
+	// sends a reply that looks like its result.
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
 
