@@ -97,9 +97,11 @@ func (c *Client) ID() uint64 { return c.id }
 // Map returns the newest cluster map the client knows.
 func (c *Client) Map() *cluster.Map { return c.maps.Current() }
 
-// Close releases the client's opens and locks at the nodes (by ending its
-// session), closes its connections and stops following the map. Files
-// still open are not flushed: close them first.
+// Close closes the client's connections and stops following the map and
+// renewing its sessions: the nodes release its remaining opens and locks
+// when its session lease runs out (the namespace service's SessionLease,
+// 30 s by default). Files still open are neither flushed nor released:
+// close them first (File.Close releases the locks the File owns at once).
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)

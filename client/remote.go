@@ -289,7 +289,12 @@ func (c *Client) reclaim(node cluster.NodeID) {
 // engine's capacity to the client's namespace interface.
 type mdNamespace struct {
 	md   *mdclient.Client
-	data *dpclient.Engine
+	data capacity
+}
+
+// capacity is what StatFS needs of the data engine.
+type capacity interface {
+	StatFS(ctx context.Context) (dpwire.Capacity, error)
 }
 
 var _ namespace = mdNamespace{}
