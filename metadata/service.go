@@ -411,3 +411,39 @@ func (s *Service) endSession(ctx context.Context, sess *session) {
 		p.adv.dropClient(sess.key.id)
 	}
 }
+
+// InodeInfo describes one inode for checkers (tests, fsck): its
+// attributes and its state flags (wire.InodePending, InodeDead,
+// InodeOrphan, InodeFreeing).
+type InodeInfo struct {
+	Attr  wire.Attr
+	Flags uint32
+}
+
+// Inodes lists every inode of the partitions this node has open, for
+// checkers: together with a walk of the namespace it finds leaks.
+func (s *Service) Inodes() []InodeInfo {
+	var out []InodeInfo
+	for _, p := range s.loaded() {
+		p.mu.RLock()
+		for _, n := range p.inodes {
+			out = append(out, InodeInfo{Attr: n.attr(), Flags: n.rec.Flags})
+		}
+		p.mu.RUnlock()
+	}
+	return out
+}
+
+// Busy reports whether any partition has unfinished intents, decisions
+// or rename locks (a checker waits for it to clear before comparing).
+func (s *Service) Busy() bool {
+	for _, p := range s.loaded() {
+		p.mu.RLock()
+		busy := len(p.intents)+len(p.decisions)+len(p.locks)+len(p.active) > 0
+		p.mu.RUnlock()
+		if busy {
+			return true
+		}
+	}
+	return false
+}

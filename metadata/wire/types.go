@@ -96,7 +96,7 @@ type Attr struct {
 }
 
 // IsDir reports whether the attributes are a directory's.
-func (a *Attr) IsDir() bool { return a.Mode&ModeType == ModeDir }
+func (a Attr) IsDir() bool { return a.Mode&ModeType == ModeDir }
 
 func (a *Attr) encode(e *codec.Encoder) {
 	e.U64(a.Ino)
