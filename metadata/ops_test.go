@@ -92,22 +92,28 @@ func TestNames(t *testing.T) {
 		op   func() error
 		want syscall.Errno
 	}{
-		"create empty name":     {func() error { _, err := f.cl.Create(bg, root, d.Ino, "", 0o644, 0, false, 0); return err }, syscall.ENOENT},
-		"create 256 bytes":      {func() error { _, err := f.cl.Create(bg, root, d.Ino, long, 0o644, 0, false, 0); return err }, syscall.ENAMETOOLONG},
-		"create 255 bytes":      {func() error { _, err := f.cl.Create(bg, root, d.Ino, max, 0o644, 0, false, 0); return err }, 0},
-		"create dot":            {func() error { _, err := f.cl.Create(bg, root, d.Ino, ".", 0o644, 0, false, 0); return err }, syscall.EEXIST},
-		"mkdir dotdot":          {func() error { _, err := f.cl.Mkdir(bg, root, d.Ino, "..", 0o755); return err }, syscall.EEXIST},
-		"create with slash":     {func() error { _, err := f.cl.Create(bg, root, d.Ino, "a/b", 0o644, 0, false, 0); return err }, syscall.EINVAL},
-		"lookup 256 bytes":      {func() error { _, err := f.cl.Lookup(bg, root, d.Ino, long); return err }, syscall.ENAMETOOLONG},
-		"lookup missing":        {func() error { _, err := f.cl.Lookup(bg, root, d.Ino, "nope"); return err }, syscall.ENOENT},
-		"unlink dot":            {func() error { return f.cl.Unlink(bg, root, d.Ino, ".", 0) }, syscall.EISDIR},
-		"rmdir dot":             {func() error { return f.cl.Rmdir(bg, root, d.Ino, ".", 0) }, syscall.EINVAL},
-		"rmdir dotdot":          {func() error { return f.cl.Rmdir(bg, root, d.Ino, "..", 0) }, syscall.ENOTEMPTY},
-		"symlink empty target":  {func() error { _, err := f.cl.Symlink(bg, root, d.Ino, "l0", ""); return err }, syscall.ENOENT},
-		"symlink long target":   {func() error { _, err := f.cl.Symlink(bg, root, d.Ino, "l1", strings.Repeat("t", 4096)); return err }, syscall.ENAMETOOLONG},
-		"rename dot":            {func() error { return f.cl.Rename(bg, root, wire.RenameRequest{SrcParent: d.Ino, SrcName: ".", DstParent: d.Ino, DstName: "x"}) }, syscall.EBUSY},
-		"rename bad flags":      {func() error { return f.cl.Rename(bg, root, wire.RenameRequest{SrcParent: d.Ino, SrcName: "a", DstParent: d.Ino, DstName: "x", Flags: 3}) }, syscall.EINVAL},
-		"rename missing source": {func() error { return f.cl.Rename(bg, root, wire.RenameRequest{SrcParent: d.Ino, SrcName: "zz", DstParent: d.Ino, DstName: "x"}) }, syscall.ENOENT},
+		"create empty name":    {func() error { _, err := f.cl.Create(bg, root, d.Ino, "", 0o644, 0, false, 0); return err }, syscall.ENOENT},
+		"create 256 bytes":     {func() error { _, err := f.cl.Create(bg, root, d.Ino, long, 0o644, 0, false, 0); return err }, syscall.ENAMETOOLONG},
+		"create 255 bytes":     {func() error { _, err := f.cl.Create(bg, root, d.Ino, max, 0o644, 0, false, 0); return err }, 0},
+		"create dot":           {func() error { _, err := f.cl.Create(bg, root, d.Ino, ".", 0o644, 0, false, 0); return err }, syscall.EEXIST},
+		"mkdir dotdot":         {func() error { _, err := f.cl.Mkdir(bg, root, d.Ino, "..", 0o755); return err }, syscall.EEXIST},
+		"create with slash":    {func() error { _, err := f.cl.Create(bg, root, d.Ino, "a/b", 0o644, 0, false, 0); return err }, syscall.EINVAL},
+		"lookup 256 bytes":     {func() error { _, err := f.cl.Lookup(bg, root, d.Ino, long); return err }, syscall.ENAMETOOLONG},
+		"lookup missing":       {func() error { _, err := f.cl.Lookup(bg, root, d.Ino, "nope"); return err }, syscall.ENOENT},
+		"unlink dot":           {func() error { return f.cl.Unlink(bg, root, d.Ino, ".", 0) }, syscall.EISDIR},
+		"rmdir dot":            {func() error { return f.cl.Rmdir(bg, root, d.Ino, ".", 0) }, syscall.EINVAL},
+		"rmdir dotdot":         {func() error { return f.cl.Rmdir(bg, root, d.Ino, "..", 0) }, syscall.ENOTEMPTY},
+		"symlink empty target": {func() error { _, err := f.cl.Symlink(bg, root, d.Ino, "l0", ""); return err }, syscall.ENOENT},
+		"symlink long target":  {func() error { _, err := f.cl.Symlink(bg, root, d.Ino, "l1", strings.Repeat("t", 4096)); return err }, syscall.ENAMETOOLONG},
+		"rename dot": {func() error {
+			return f.cl.Rename(bg, root, wire.RenameRequest{SrcParent: d.Ino, SrcName: ".", DstParent: d.Ino, DstName: "x"})
+		}, syscall.EBUSY},
+		"rename bad flags": {func() error {
+			return f.cl.Rename(bg, root, wire.RenameRequest{SrcParent: d.Ino, SrcName: "a", DstParent: d.Ino, DstName: "x", Flags: 3})
+		}, syscall.EINVAL},
+		"rename missing source": {func() error {
+			return f.cl.Rename(bg, root, wire.RenameRequest{SrcParent: d.Ino, SrcName: "zz", DstParent: d.Ino, DstName: "x"})
+		}, syscall.ENOENT},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
