@@ -149,7 +149,7 @@ func Dial(ctx context.Context, pd rdma.PD, addr string, cfg ClientConfig) (_ *Cl
 			c.release()
 		}
 	}()
-	sendWR := 3*conf.Slots + signalEvery // a request, a READ and a release per slot
+	sendWR := sendQueueDepth(conf.Slots)
 	if c.cq, err = conf.Device.CreateCQ(conf.Slots + sendWR); err != nil {
 		return nil, fmt.Errorf("rpc: dial %s: %w", addr, err)
 	}
@@ -286,7 +286,7 @@ func (c *Client) Call(ctx context.Context, op uint16, requestID uint64, payload 
 	c.mu.Unlock()
 	wr := []rdma.SendWR{{ID: makeWRID(0, wrSend, int(s)), Opcode: rdma.OpSendWithImm, Flags: c.sendFlags(), Imm: imm,
 		SGL: []rdma.SGE{{Addr: c.sendMR.Addr() + uint64(int(s)*c.sendSz), Length: uint32(n), LKey: c.sendMR.LKey()}}}}
-	if err := c.postSend(wr); err != nil {
+	if err := c.postSend(wr, false); err != nil {
 		c.fail(fmt.Errorf("%w: post a request: %v", ErrBroken, err))
 		<-sl.done
 		c.collect(s)
@@ -315,7 +315,44 @@ func (c *Client) sendFlags() rdma.SendFlags {
 	return 0
 }
 
-func (c *Client) postSend(wrs []rdma.SendWR) error {
+// postSend posts wrs, waiting while the send queue is full; poller says
+// whether the caller is the poller (and may poll while it waits).
+func (c *Client) postSend(wrs []rdma.SendWR, poller bool) error {
+	reclaim := c.reclaim
+	if poller {
+		reclaim = c.reclaimAsPoller
+	}
+	return postSendRetry(c.postSendOnce, wrs, reclaim)
+}
+
+// reclaim polls the completion queue once if nobody else polls it, so
+// that the completions that free send queue entries are seen.
+func (c *Client) reclaim() {
+	if !c.pollMu.TryLock() {
+		return
+	}
+	c.reclaimAsPoller()
+	c.pollMu.Unlock()
+	// A caller that found the poller's lock held meanwhile waits for a
+	// token.
+	c.wakePoller()
+}
+
+// reclaimAsPoller polls once, into a buffer of its own: the poller may be
+// in the middle of dispatching c.wcs.
+func (c *Client) reclaimAsPoller() {
+	var wcs [8]rdma.WorkCompletion
+	n, err := c.cq.Poll(wcs[:])
+	if err != nil {
+		c.fail(fmt.Errorf("%w: completion queue: %v", ErrBroken, err))
+		return
+	}
+	for i := range wcs[:n] {
+		c.dispatch(&wcs[i])
+	}
+}
+
+func (c *Client) postSendOnce(wrs []rdma.SendWR) error {
 	c.postMu.RLock()
 	defer c.postMu.RUnlock()
 	if c.qpClosed {
@@ -644,11 +681,11 @@ func (c *Client) received(wc *rdma.WorkCompletion, idx int) {
 				RemoteAddr: h.Addr, RKey: h.RKey},
 			c.releaseWR(wc.Imm, int(slot), rdma.SendFence),
 		}
-		if err := c.postSend(wrs); err != nil {
+		if err := c.postSend(wrs, true); err != nil {
 			c.fail(fmt.Errorf("%w: post a READ: %v", ErrBroken, err))
 		}
 	case releaseIt:
-		if err := c.postSend([]rdma.SendWR{c.releaseWR(wc.Imm, int(slot), 0)}); err != nil {
+		if err := c.postSend([]rdma.SendWR{c.releaseWR(wc.Imm, int(slot), 0)}, true); err != nil {
 			c.fail(fmt.Errorf("%w: post a release: %v", ErrBroken, err))
 		}
 	}

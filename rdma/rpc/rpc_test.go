@@ -315,3 +315,26 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 	require.False(t, errors.Is(err, ErrBusy))
 }
+
+// TestFullSendQueueIsBackPressure runs null calls at full depth long
+// enough that a provider's late acknowledgements fill a send queue: posts
+// must then wait for room, not fail the connection.
+func TestFullSendQueueIsBackPressure(t *testing.T) {
+	ts := newTestServer(t, ServerConfig{})
+	c := dialTest(t, ts, ClientConfig{})
+	const goroutines, calls = 64, 300
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range calls {
+				if _, err := c.Call(ctxT(t), opNull, uint64(g*calls+i), nil); err != nil {
+					t.Errorf("call %d of goroutine %d: %v", i, g, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -201,10 +201,16 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 // keeps to its slots never meets an empty receive queue.
 func (s *Server) recvsPerConn() int { return 2 * s.cfg.Slots }
 
-// sendsPerConn bounds a connection's outstanding send work requests: a
-// reply and a READ per slot, and room for the unsignaled ones verbs
-// counts until a later signaled one completes.
-func (s *Server) sendsPerConn() int { return 2*s.cfg.Slots + signalEvery }
+// sendsPerConn sizes a connection's send queue (sendQueueDepth).
+func (s *Server) sendsPerConn() int { return sendQueueDepth(s.cfg.Slots) }
+
+// sendQueueDepth sizes a send queue for slots calls in flight. A side
+// has at most three sends per slot outstanding at once (the client: a
+// request, a READ and a release; the server: a reply and a READ), plus
+// the unsignaled ones verbs counts until a later signaled one completes.
+// Twice that leaves room for acknowledgements a provider reads late; a
+// full queue makes posts wait (postSendRetry).
+func sendQueueDepth(slots int) int { return 2 * (3*slots + signalEvery) }
 
 // serverRNRRetry is how often the server resends a reply that found no
 // receive posted at the client before it closes the connection.

@@ -115,7 +115,13 @@ func (c *serverConn) postRecv(wrs []rdma.RecvWR) error {
 	return c.qp.PostRecv(wrs)
 }
 
+// postSend posts wrs, waiting while the send queue is full (the worker's
+// background reads free it).
 func (c *serverConn) postSend(wrs []rdma.SendWR) error {
+	return postSendRetry(c.postSendOnce, wrs, nil)
+}
+
+func (c *serverConn) postSendOnce(wrs []rdma.SendWR) error {
 	c.postMu.RLock()
 	defer c.postMu.RUnlock()
 	if c.qpClosed || c.qp == nil {
