@@ -64,6 +64,7 @@ demo: build
 
 bench: build
 	$(BIN)/octoctl bench rdma
+	$(BIN)/octoctl bench rpc
 	$(BIN)/octoctl bench pmem
 
 clean:

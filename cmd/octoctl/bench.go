@@ -22,6 +22,7 @@ still gives comparable numbers.`,
 	cmd.AddCommand(newBenchRDMACmd())
 	cmd.AddCommand(newBenchPmemCmd())
 	cmd.AddCommand(newBenchMetaCmd())
+	cmd.AddCommand(newBenchRPCCmd())
 	return cmd
 }
 
