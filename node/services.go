@@ -8,7 +8,10 @@ import (
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane"
+	"github.com/octofs/octofs/dataplane/dpclient"
 	dpwire "github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/metadata"
+	"github.com/octofs/octofs/metadata/mdclient"
 	"github.com/octofs/octofs/pmem/plog"
 	"github.com/octofs/octofs/rdma"
 	"github.com/octofs/octofs/rdma/rpc"
@@ -22,6 +25,8 @@ type services struct {
 	rpc    *rpc.Server
 	peers  *rpc.Pool
 	chunks *dataplane.Service
+	data   *dpclient.Engine // the node's own client of other nodes' chunk services
+	ns     *metadata.Service
 
 	stop chan struct{}
 	done chan struct{}
@@ -56,6 +61,21 @@ func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog
 			return svc.chunks.Serve(ctx, op, call.Payload), nil
 		})
 	}
+	if svc.data, err = dpclient.New(dpclient.Config{
+		Device: s.dev, Map: n, RPC: peerCaller{svc.peers}, Token: s.clusterToken,
+		ClientID: s.incarnation, Incarnation: s.incarnation, Name: "node " + string(n.ID()),
+		Now: s.cfg.Now, Logger: s.log,
+	}); err != nil {
+		return nil, fmt.Errorf("node: data client: %w", err)
+	}
+	if svc.ns, err = metadata.New(metadata.Config{
+		Node: n.ID(), Map: n, Store: store, Pin: n.PinPartition,
+		Peers: mdclient.PoolCaller{Pool: svc.peers}, Data: dataHooks{svc.data},
+		Clock: s.cfg.Now, Logger: s.log, Incarnation: s.incarnation,
+	}); err != nil {
+		return nil, fmt.Errorf("node: namespace service: %w", err)
+	}
+	svc.ns.Register(svc.rpc)
 	go svc.maintain()
 	return svc, nil
 }
@@ -101,6 +121,18 @@ func (svc *services) acceptRPC(ctx context.Context, req *rdma.ConnRequest, h dat
 	return svc.rpc.Accept(ctx, req, rpcPeer{hello: h})
 }
 
+// dataHooks frees file data for the namespace service through the chunk
+// services of every node.
+type dataHooks struct{ e *dpclient.Engine }
+
+var _ metadata.DataHooks = dataHooks{}
+
+func (d dataHooks) Truncate(ctx context.Context, ino, oldSize, size uint64) error {
+	return d.e.Trim(ctx, ino, size)
+}
+
+func (d dataHooks) Free(ctx context.Context, ino, size uint64) error { return d.e.Free(ctx, ino) }
+
 // peerCaller reaches other nodes' services over RPC, by node.
 type peerCaller struct {
 	pool *rpc.Pool
@@ -126,6 +158,12 @@ func (svc *services) close() error {
 	var errs []error
 	if svc.rpc != nil {
 		errs = append(errs, svc.rpc.Close())
+	}
+	if svc.ns != nil {
+		errs = append(errs, svc.ns.Close())
+	}
+	if svc.data != nil {
+		errs = append(errs, svc.data.Close())
 	}
 	if svc.peers != nil {
 		errs = append(errs, svc.peers.Close())
