@@ -223,19 +223,15 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 		return t.failedRedirect(sp.Ino), false
 	}
 	tIno := dp.Ino
-	if tIno == src {
-		// Both names are links to one inode: nothing to do.
-		return t.failed(wire.StatusOK), false
+	if exchange && tIno == 0 {
+		return t.failed(status(syscall.ENOENT)), false
 	}
 	if q.Flags&wire.RenameNoReplace != 0 && tIno != 0 {
 		return t.failed(status(syscall.EEXIST)), false
 	}
-	if exchange && tIno == 0 {
-		return t.failed(status(syscall.ENOENT)), false
-	}
 	var ta wire.LockResult
 	tIsDir := false
-	if tIno != 0 {
+	if tIno != 0 && tIno != src {
 		tItems := []wire.LockItem{{Kind: wire.LockItemInode, Ino: tIno}}
 		got, st := t.lockAll(ctx, tItems)
 		switch {
@@ -249,6 +245,24 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 		}
 		ta = got[0]
 		tIsDir = ta.Attr.Mode&wire.ModeType == wire.ModeDir
+	}
+	// A directory must not move into its own subtree (checked under the
+	// cluster-wide rename lock, so the ancestry cannot change meanwhile).
+	if !sameDir {
+		if sIsDir {
+			if e := t.loopCheck(ctx, q.DstParent, src); e != 0 {
+				return t.failed(status(e)), false
+			}
+		}
+		if exchange && tIsDir {
+			if e := t.loopCheck(ctx, q.SrcParent, tIno); e != 0 {
+				return t.failed(status(e)), false
+			}
+		}
+	}
+	if tIno == src {
+		// Both names are links to one inode: nothing to do.
+		return t.failed(wire.StatusOK), false
 	}
 	// may_delete(source), then may_delete(target) or may_create.
 	if e := mayDelete(spAttr, sa.Attr.UID, c); e != 0 {
@@ -276,16 +290,6 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 		}
 		if exchange && tIsDir && !permitsAttr(&ta.Attr, c, wire.AccessWrite) {
 			return t.failed(status(syscall.EACCES)), false
-		}
-		if sIsDir {
-			if e := t.loopCheck(ctx, q.DstParent, src); e != 0 {
-				return t.failed(status(e)), false
-			}
-		}
-		if exchange && tIsDir {
-			if e := t.loopCheck(ctx, q.SrcParent, tIno); e != 0 {
-				return t.failed(status(e)), false
-			}
 		}
 	}
 	if !exchange && tIsDir && !ta.Empty {

@@ -58,9 +58,9 @@ type partition struct {
 	// passes them.
 	txResults map[uint32]map[uint64]txResult
 
-	live      int64 // estimate of the snapshot's size in bytes
-	commits   int
-	rewriting bool
+	live       int64  // estimate of the snapshot's size in bytes
+	sinceCheck uint64 // bytes appended since the last look at the log's size
+	rewriting  bool
 
 	adv advisory // advisory locks (memory only)
 }
@@ -153,6 +153,7 @@ func (p *partition) commit(recs ...wire.Record) error {
 	bufs := make([][]byte, len(recs))
 	for i, r := range recs {
 		bufs[i] = wire.EncodeRecord(r)
+		p.sinceCheck += uint64(len(bufs[i]))
 	}
 	if err := p.log.Append(bufs...); err != nil {
 		return fmt.Errorf("metadata: partition %d: append: %w", p.id, err)
@@ -165,8 +166,8 @@ func (p *partition) commit(recs ...wire.Record) error {
 			return err
 		}
 	}
-	p.commits++
-	if p.commits%256 == 0 {
+	if p.sinceCheck >= max(p.svc.cfg.RewriteMinBytes/8, 512) {
+		p.sinceCheck = 0
 		p.maybeRewrite()
 	}
 	return nil

@@ -153,7 +153,15 @@ func (t *Transport) call(ctx context.Context, from, to cluster.NodeID, op uint16
 		return nil, err
 	}
 	// The payload is copied as a real transport would deliver it.
-	return svc.Handle(ctx, op, reqID, append([]byte(nil), payload...)), nil
+	reply := svc.Handle(ctx, op, reqID, append([]byte(nil), payload...))
+	// A reply from or to a node that went down meanwhile is lost.
+	t.mu.Lock()
+	down = t.down[to] || (from != "" && t.down[from]) || t.svcs[to] != svc
+	t.mu.Unlock()
+	if down {
+		return nil, fmt.Errorf("%w: %s -> %s (reply lost)", ErrDown, from, to)
+	}
+	return reply, nil
 }
 
 // nodeCaller is a node's view of the transport.
@@ -217,6 +225,8 @@ type Config struct {
 	Partitions int // default 16
 	RegionSize int // bytes per node, default 64 MiB
 	Logger     *slog.Logger
+	// Plog configures every node's log store.
+	Plog plog.Options
 	// Medium, if set, gives node i's medium (formatted by Start).
 	Medium func(i int, size int) pmem.Medium
 	// Service adjusts a node's service configuration before it starts.
@@ -281,7 +291,11 @@ func Start(tb testing.TB, cfg Config) *Cluster {
 }
 
 func (c *Cluster) start(n *Node) error {
-	st, err := plog.Open(n.Region, plog.Options{Logger: c.Cfg.Logger})
+	po := c.Cfg.Plog
+	if po.Logger == nil {
+		po.Logger = c.Cfg.Logger
+	}
+	st, err := plog.Open(n.Region, po)
 	if err != nil {
 		return err
 	}
@@ -313,14 +327,17 @@ func (c *Cluster) Client() *mdclient.Client {
 	return cl
 }
 
-// Kill stops node i at once as a crash would: it is cut off from the
-// transport (nothing it sends or is sent arrives) and its service is
-// closed in the background. Its medium is left as it is.
+// Isolate cuts node i off the transport: nothing it sends or is sent
+// arrives (the first moment of a crash; Kill finishes it).
+func (c *Cluster) Isolate(i int) { c.Transport.set(c.Nodes[i].ID, nil, true) }
+
+// Kill stops node i as a crash would: it is cut off from the transport
+// (nothing it sends or is sent arrives) and its service is closed. Its
+// medium is left as it is.
 func (c *Cluster) Kill(i int) {
 	n := c.Nodes[i]
 	c.Transport.set(n.ID, nil, true)
-	svc := n.Svc
-	go svc.Close()
+	n.Svc.Close()
 }
 
 // Restart starts node i again on image (nil: its medium as it is now),
