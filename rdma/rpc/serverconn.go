@@ -338,7 +338,7 @@ func (c *serverConn) request(slot uint16, imm uint32, h *header, payload []byte,
 		s.busy.Add(1)
 	}
 	c.repost(idx)
-	c.reply(slot, imm, h, refuse, errorMessage(errors.New(why)))
+	c.reply(slot, imm, h, refuse, errorMessage(errors.New(why)), true)
 	c.handlers.Done()
 }
 
@@ -354,7 +354,7 @@ func (c *serverConn) serve(slot uint16, imm uint32, h header, payload []byte, id
 		c.repost(idx) // the receive buffer held only the header
 		if err != nil {
 			s.busy.Add(1)
-			c.reply(slot, imm, &h, StatusBusy, errorMessage(err))
+			c.reply(slot, imm, &h, StatusBusy, errorMessage(err), false)
 			return
 		}
 		if !c.readRequest(slot, &h, lb) {
@@ -371,12 +371,12 @@ func (c *serverConn) serve(slot uint16, imm uint32, h header, payload []byte, id
 	}
 	switch {
 	case err == nil:
-		c.reply(slot, imm, &h, StatusOK, resp)
+		c.reply(slot, imm, &h, StatusOK, resp, false)
 	case errors.Is(err, ErrBusy):
 		s.busy.Add(1)
-		c.reply(slot, imm, &h, StatusBusy, errorMessage(err))
+		c.reply(slot, imm, &h, StatusBusy, errorMessage(err), false)
 	default:
-		c.reply(slot, imm, &h, StatusHandlerError, errorMessage(err))
+		c.reply(slot, imm, &h, StatusHandlerError, errorMessage(err), false)
 	}
 }
 
@@ -424,8 +424,11 @@ func (c *serverConn) run(fn Handler, call *Call) (resp []byte, err error) {
 }
 
 // reply sends a call's reply: inline if it fits the caller's receive
-// buffer, else staged in a large buffer for the caller to READ.
-func (c *serverConn) reply(slot uint16, imm uint32, req *header, status Status, resp []byte) {
+// buffer, else staged in a large buffer for the caller to READ. On the
+// worker (onWorker), a full send queue hands the post to a goroutine, so
+// that a peer slow to acknowledge never holds up the worker's other
+// connections.
+func (c *serverConn) reply(slot uint16, imm uint32, req *header, status Status, resp []byte, onWorker bool) {
 	s := c.s
 	s.calls.Add(1)
 	if len(resp) > s.cfg.MaxMessage {
@@ -468,7 +471,24 @@ func (c *serverConn) reply(slot uint16, imm uint32, req *header, status Status, 
 	c.mu.Unlock()
 	wr := []rdma.SendWR{{ID: makeWRID(c.id, wrSend, int(slot)), Opcode: rdma.OpSendWithImm, Flags: c.sendFlags(), Imm: imm,
 		SGL: []rdma.SGE{{Addr: c.mr.Addr() + uint64((c.nRecv+int(slot))*s.cfg.InlineSize), Length: uint32(n), LKey: c.mr.LKey()}}}}
-	if err := c.postSend(wr); err != nil {
+	post := c.postSend
+	if onWorker {
+		post = c.postSendOnce
+	}
+	err := post(wr)
+	if onWorker && errors.Is(err, rdma.ErrQueueFull) {
+		// The worker's caller holds a handler count, so teardown
+		// waits for this goroutine too.
+		c.handlers.Add(1)
+		go func() {
+			defer c.handlers.Done()
+			if err := c.postSend(wr); err != nil {
+				c.fail(fmt.Errorf("%w: post a reply: %v", ErrBroken, err))
+			}
+		}()
+		return
+	}
+	if err != nil {
 		c.fail(fmt.Errorf("%w: post a reply: %v", ErrBroken, err))
 	}
 }
