@@ -177,25 +177,41 @@ func (c nodeCaller) Call(ctx context.Context, to cluster.NodeInfo, op uint16, re
 // Data records the data hooks' calls; it implements metadata.DataHooks.
 type Data struct {
 	mu        sync.Mutex
-	Freed     map[uint64]int
-	Truncated map[uint64][]uint64
-	// Fail, if set, makes the hooks fail (the service retries).
-	Fail func(ino uint64) error
+	freed     map[uint64]int
+	truncated map[uint64][]uint64
+	attempts  map[uint64]int
+	fail      func(ino uint64) error
 }
 
 // NewData returns an empty recorder.
-func NewData() *Data { return &Data{Freed: map[uint64]int{}, Truncated: map[uint64][]uint64{}} }
+func NewData() *Data {
+	return &Data{freed: map[uint64]int{}, truncated: map[uint64][]uint64{}, attempts: map[uint64]int{}}
+}
+
+// SetFail makes the hooks fail for the inodes fn fails (the service
+// retries); nil ends it.
+func (d *Data) SetFail(fn func(ino uint64) error) {
+	d.mu.Lock()
+	d.fail = fn
+	d.mu.Unlock()
+}
+
+func (d *Data) try(ino uint64) error {
+	d.attempts[ino]++
+	if d.fail != nil {
+		return d.fail(ino)
+	}
+	return nil
+}
 
 // Truncate implements metadata.DataHooks.
 func (d *Data) Truncate(ctx context.Context, ino, oldSize, size uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.Fail != nil {
-		if err := d.Fail(ino); err != nil {
-			return err
-		}
+	if err := d.try(ino); err != nil {
+		return err
 	}
-	d.Truncated[ino] = append(d.Truncated[ino], size)
+	d.truncated[ino] = append(d.truncated[ino], size)
 	return nil
 }
 
@@ -203,20 +219,32 @@ func (d *Data) Truncate(ctx context.Context, ino, oldSize, size uint64) error {
 func (d *Data) Free(ctx context.Context, ino, size uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.Fail != nil {
-		if err := d.Fail(ino); err != nil {
-			return err
-		}
+	if err := d.try(ino); err != nil {
+		return err
 	}
-	d.Freed[ino]++
+	d.freed[ino]++
 	return nil
+}
+
+// Attempts counts the hook calls for ino, failed ones included.
+func (d *Data) Attempts(ino uint64) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.attempts[ino]
+}
+
+// TruncatedTo lists the sizes ino was truncated to.
+func (d *Data) TruncatedTo(ino uint64) []uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]uint64(nil), d.truncated[ino]...)
 }
 
 // FreedCount returns how often ino's data was freed.
 func (d *Data) FreedCount(ino uint64) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.Freed[ino]
+	return d.freed[ino]
 }
 
 // Config configures a Cluster. Zero fields take defaults.
