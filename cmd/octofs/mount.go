@@ -159,6 +159,11 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 		return err
 	}
 	log.Info("mounted", "dir", dir, "cluster", strings.Join(o.cluster, ","))
+	if os.Getenv(daemonEnv) != "" {
+		// Relative paths of the command line are resolved by now; a
+		// daemon keeps no directory of the caller's busy.
+		os.Chdir("/")
+	}
 	reportReady()
 	done := make(chan struct{})
 	go func() {
@@ -260,7 +265,6 @@ func startMountDaemon(o *mountOptions, dir string, stderr io.Writer) error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Dir = "/"
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return fmt.Errorf("--daemon: %w", err)
