@@ -19,11 +19,10 @@ type dirHandle struct {
 	n    *node
 	cred client.Cred
 
-	mu     sync.Mutex
-	pos    uint64 // offset of the next entry to return: 0 ".", 1 "..", else 2+cookie of the last returned
-	page   []client.DirEntry
-	eof    bool
-	cookie uint64 // the server cookie page was read after
+	mu   sync.Mutex
+	pos  uint64 // offset of the next entry to return: 0 ".", 1 "..", else 2+cookie of the last returned
+	page []client.DirEntry
+	eof  bool // page holds the last entries: the listing ends when it runs out
 }
 
 var (
@@ -38,19 +37,21 @@ const dirPage = 512
 
 // fill reads the page of entries after the current position.
 func (d *dirHandle) fill(ctx context.Context) error {
+	ctx = detach(ctx)
 	cookie := uint64(0)
 	if d.pos > 2 {
 		cookie = d.pos - 2
 	}
-	ents, err := d.n.fsys.c.ReadDir(ctx, d.cred, d.n.ino(), cookie, dirPage)
+	ents, eof, err := d.n.fsys.c.ReadDirPage(ctx, d.cred, d.n.ino(), cookie, dirPage)
 	if err != nil {
 		return err
 	}
-	d.page, d.cookie, d.eof = ents, cookie, len(ents) == 0
+	d.page, d.eof = ents, eof || len(ents) == 0
 	return nil
 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	ctx = detach(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch d.pos {
@@ -66,7 +67,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		return &fuse.DirEntry{Name: "..", Ino: ino, Mode: syscall.S_IFDIR, Off: 2}, 0
 	}
 	if len(d.page) == 0 {
-		if d.eof && d.cookie == d.pos-2 {
+		if d.eof {
 			return nil, 0
 		}
 		if err := d.fill(ctx); err != nil {

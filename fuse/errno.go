@@ -28,3 +28,13 @@ func errno(log *slog.Logger, op string, err error) syscall.Errno {
 	log.Warn("fuse: unclassified error, answering EIO", "op", op, "err", err)
 	return syscall.EIO
 }
+
+// detach keeps a request's caller but drops its cancellation. The kernel
+// interrupts a FUSE request whenever the calling thread gets a signal (a
+// Go program's scheduler sends SIGURG every few milliseconds, a shell
+// SIGCHLD), and answering such a request EINTR would fail open, mkdir or
+// rename with an errno they never return on a local file system. Every
+// cluster call is bounded by the client's OpTimeout anyway; only a
+// blocking lock wait (Setlkw) stays interruptible, as fcntl(F_SETLKW)
+// must.
+func detach(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }

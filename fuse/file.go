@@ -44,6 +44,7 @@ func newHandle(fsys *FS, ino uint64, f *client.File) *handle {
 func (h *handle) fail(op string, err error) syscall.Errno { return errno(h.fsys.log, op, err) }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx = detach(ctx)
 	n, err := h.f.ReadAt(ctx, dest, off)
 	if err != nil {
 		return nil, h.fail("read", err)
@@ -52,6 +53,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx = detach(ctx)
 	n, err := h.f.WriteAt(ctx, data, off)
 	if err != nil {
 		return uint32(n), h.fail("write", err)
@@ -60,14 +62,17 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 }
 
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx = detach(ctx)
 	return h.fail("flush", h.f.Flush(ctx))
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	ctx = detach(ctx)
 	return h.fail("fsync", h.f.Sync(ctx))
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	ctx = detach(ctx)
 	h.fsys.forgetLocker(h)
 	h.mu.Lock()
 	flock := h.flockOwner
@@ -83,6 +88,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 }
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
+	ctx = detach(ctx)
 	a, err := h.f.Attr(ctx)
 	if err != nil {
 		return h.fail("fgetattr", err)
@@ -93,6 +99,7 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 }
 
 func (h *handle) Allocate(ctx context.Context, off uint64, size uint64, mode uint32) syscall.Errno {
+	ctx = detach(ctx)
 	return h.fail("fallocate", h.f.Allocate(ctx, mode, off, size))
 }
 
@@ -111,6 +118,7 @@ func toLock(owner uint64, lk *fuse.FileLock, flags uint32) client.Lock {
 }
 
 func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	ctx = detach(ctx)
 	got, err := h.f.GetLk(ctx, toLock(owner, lk, flags))
 	if err != nil {
 		return h.fail("getlk", err)
@@ -127,6 +135,7 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, fla
 }
 
 func (h *handle) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	ctx = detach(ctx)
 	l := toLock(owner, lk, flags)
 	if l.Type != client.LockUnlock {
 		if l.Kind == client.LockFlock {
@@ -141,6 +150,7 @@ func (h *handle) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, fla
 }
 
 func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	ctx = detach(ctx)
 	return h.setlk(ctx, owner, lk, flags, false)
 }
 
@@ -152,6 +162,7 @@ func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, fl
 // whole file is data and the only hole is at its end, which is what Linux
 // file systems without hole tracking answer.
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	ctx = detach(ctx)
 	a, err := h.f.Attr(ctx)
 	if err != nil {
 		return 0, h.fail("lseek", err)

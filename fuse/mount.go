@@ -29,10 +29,20 @@ type Options struct {
 	NegativeTimeout time.Duration
 	// NoCache asks the cluster for every lookup and getattr.
 	NoCache bool
+	// ServerPermissions leaves every permission check to the cluster
+	// (no default_permissions). It implies NoCache: a name the kernel
+	// has cached is resolved without asking anyone, so a cached entry
+	// would skip the cluster's search-permission check. It is slow, and
+	// it is for testing the cluster's checks; see "Permissions" in the
+	// package doc.
+	ServerPermissions bool
 	// MaxWrite is the largest write the kernel sends (default and most
 	// 1 MiB). MaxReadAhead is the kernel's read-ahead (default 1 MiB).
 	MaxWrite     int
 	MaxReadAhead int
+	// MaxBackground is how many asynchronous requests (read-ahead,
+	// direct I/O) the kernel keeps in flight (default 64).
+	MaxBackground int
 	// AllowOther lets every local user use the mount (default: when
 	// mounting as root). Permissions are checked by the cluster with each
 	// caller's credentials either way.
@@ -50,11 +60,27 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultTimeout  = time.Second
-	DefaultMaxWrite = 1 << 20
+	DefaultTimeout       = time.Second
+	DefaultMaxWrite      = 1 << 20
+	DefaultMaxBackground = 64
 )
 
+// extraCapabilities are the FUSE capabilities the adapter asks for beyond
+// go-fuse's defaults (each only if the kernel offers it):
+//
+//   - ATOMIC_O_TRUNC: open(O_TRUNC) is one OPEN with the flag, which the
+//     cluster carries out with the open, instead of an OPEN and a SETATTR.
+//   - HANDLE_KILLPRIV_V2: the cluster clears setuid and setgid on write,
+//     truncate and chown (FATTR_KILL_SUIDGID, the commit of a write).
+//     Without it the kernel sends a chmod as the writer to clear them,
+//     which the cluster refuses to a writer who does not own the file,
+//     failing the write with EPERM.
+const extraCapabilities = fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2
+
 func (o Options) withDefaults() Options {
+	if o.ServerPermissions {
+		o.NoCache = true
+	}
 	if o.EntryTimeout == 0 && !o.NoCache {
 		o.EntryTimeout = DefaultTimeout
 	}
@@ -69,6 +95,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxReadAhead <= 0 {
 		o.MaxReadAhead = DefaultMaxWrite
+	}
+	if o.MaxBackground <= 0 {
+		o.MaxBackground = DefaultMaxBackground
 	}
 	if o.AllowOther == nil {
 		root := os.Geteuid() == 0
@@ -133,7 +162,12 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 			IgnoreSecurityLabels: true,
 			DirectMount:          os.Geteuid() == 0,
 			Debug:                o.Debug,
+			MaxBackground:        o.MaxBackground,
+			ExtraCapabilities:    extraCapabilities,
 		},
+	}
+	if !o.ServerPermissions {
+		fo.MountOptions.Options = append(fo.MountOptions.Options, "default_permissions")
 	}
 	raw := &rawFS{RawFileSystem: fs.NewNodeFS(root, fo), fsys: fsys}
 	srv, err := fuse.NewServer(raw, dir, &fo.MountOptions)
@@ -164,7 +198,7 @@ type rawFS struct {
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	st := r.RawFileSystem.Flush(cancel, in)
 	if in.LockOwner != 0 {
-		ctx := &fuse.Context{Caller: in.Caller, Cancel: cancel}
+		ctx := &fuse.Context{Caller: in.Caller} // not interruptible: see detach
 		if e := r.fsys.releasePOSIX(ctx, in.NodeId, in.LockOwner); e != 0 && st == fuse.OK {
 			st = fuse.Status(e)
 		}

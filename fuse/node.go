@@ -67,6 +67,7 @@ func fillAttr(a *client.Attr, out *fuse.Attr) {
 // entry fills out and returns the go-fuse inode for a (found or made by
 // this directory).
 func (n *node) entry(ctx context.Context, a *client.Attr, out *fuse.EntryOut) *fs.Inode {
+	ctx = detach(ctx)
 	fillAttr(a, &out.Attr)
 	out.SetEntryTimeout(n.fsys.o.EntryTimeout)
 	out.SetAttrTimeout(n.fsys.o.AttrTimeout)
@@ -75,6 +76,7 @@ func (n *node) entry(ctx context.Context, a *client.Attr, out *fuse.EntryOut) *f
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = detach(ctx)
 	a, err := n.fsys.c.Lookup(ctx, n.cred(ctx), n.ino(), name)
 	if err != nil {
 		if err == syscall.ENOENT {
@@ -86,6 +88,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx = detach(ctx)
 	var a client.Attr
 	var err error
 	if h, ok := f.(*handle); ok {
@@ -105,6 +108,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 func ftime(sec uint64, nsec uint32) time.Time { return time.Unix(int64(sec), int64(nsec)) }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = detach(ctx)
 	var s client.SetAttrIn
 	v := in.Valid
 	if v&fuse.FATTR_MODE != 0 {
@@ -136,6 +140,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if v&fuse.FATTR_CTIME != 0 {
 		s.Valid |= client.SetCtime
 		s.Ctime = ftime(in.Ctime, in.Ctimensec)
+	}
+	if v&fuse.FATTR_KILL_SUIDGID != 0 {
+		s.Valid |= client.SetKillSuidGid
 	}
 	cred := n.cred(ctx)
 	h, _ := f.(*handle)
@@ -185,6 +192,7 @@ func fuseOpenFlags(flags uint32) uint32 {
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = detach(ctx)
 	if mode&syscall.S_IFMT == 0 {
 		mode |= syscall.S_IFREG
 	}
@@ -197,6 +205,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = detach(ctx)
 	a, err := n.fsys.c.Mknod(ctx, n.cred(ctx), n.ino(), name, mode, uint64(dev))
 	if err != nil {
 		return nil, n.fail("mknod", err)
@@ -205,6 +214,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = detach(ctx)
 	a, err := n.fsys.c.Mkdir(ctx, n.cred(ctx), n.ino(), name, mode&0o7777)
 	if err != nil {
 		return nil, n.fail("mkdir", err)
@@ -213,6 +223,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = detach(ctx)
 	a, err := n.fsys.c.Symlink(ctx, n.cred(ctx), n.ino(), name, target)
 	if err != nil {
 		return nil, n.fail("symlink", err)
@@ -221,6 +232,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = detach(ctx)
 	ino := target.EmbeddedInode().StableAttr().Ino
 	a, err := n.fsys.c.Link(ctx, n.cred(ctx), ino, n.ino(), name)
 	if err != nil {
@@ -230,19 +242,23 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = detach(ctx)
 	return n.fail("unlink", n.fsys.c.Unlink(ctx, n.cred(ctx), n.ino(), name))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx = detach(ctx)
 	return n.fail("rmdir", n.fsys.c.Rmdir(ctx, n.cred(ctx), n.ino(), name))
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = detach(ctx)
 	np := newParent.EmbeddedInode().StableAttr().Ino
 	return n.fail("rename", n.fsys.c.Rename(ctx, n.cred(ctx), n.ino(), name, np, newName, flags))
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx = detach(ctx)
 	t, err := n.fsys.c.Readlink(ctx, n.cred(ctx), n.ino())
 	if err != nil {
 		return nil, n.fail("readlink", err)
@@ -251,14 +267,40 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	f, err := n.fsys.c.Open(ctx, n.cred(ctx), n.ino(), openFlags(flags))
+	ctx = detach(ctx)
+	cred := n.cred(ctx)
+	f, err := n.fsys.c.Open(ctx, cred, n.ino(), openFlags(flags))
+	if err == syscall.ESTALE {
+		return nil, 0, n.staleOpen(ctx, cred)
+	}
 	if err != nil {
 		return nil, 0, n.fail("open", err)
 	}
 	return newHandle(n.fsys, n.ino(), f), fuseOpenFlags(flags), 0
 }
 
+// staleOpen answers an open of an inode that was freed after the kernel
+// looked it up (its last name went away meanwhile; a local file system
+// would pin the inode, a cluster cannot). If the name the kernel found now
+// names another inode (replaced by a rename, as editors and git do), the
+// answer is ESTALE, on which the kernel looks the path up again and
+// retries once; if the name is gone, ENOENT, which is what the open would
+// have seen a moment later.
+func (n *node) staleOpen(ctx context.Context, cred client.Cred) syscall.Errno {
+	ctx = detach(ctx)
+	name, parent := n.Parent()
+	if parent == nil {
+		return syscall.ESTALE
+	}
+	_, err := n.fsys.c.Lookup(ctx, cred, parent.StableAttr().Ino, name)
+	if err == syscall.ENOENT {
+		return syscall.ENOENT
+	}
+	return syscall.ESTALE
+}
+
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx = detach(ctx)
 	d := &dirHandle{n: n, cred: n.cred(ctx)}
 	// Reading the first page now makes opendir fail as Linux's does
 	// (EACCES without read permission, ENOTDIR) instead of the first
@@ -270,6 +312,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	ctx = detach(ctx)
 	s, err := n.fsys.c.StatFS(ctx)
 	if err != nil {
 		return n.fail("statfs", err)
@@ -281,6 +324,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 }
 
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	ctx = detach(ctx)
 	return n.fail("access", n.fsys.c.Access(ctx, n.cred(ctx), n.ino(), mask))
 }
 
@@ -290,6 +334,7 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 func aclXattr(name string) bool { return strings.HasPrefix(name, "system.posix_acl_") }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	ctx = detach(ctx)
 	if aclXattr(attr) {
 		return 0, syscall.ENODATA
 	}
@@ -304,6 +349,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	ctx = detach(ctx)
 	if aclXattr(attr) {
 		return syscall.EOPNOTSUPP
 	}
@@ -311,6 +357,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx = detach(ctx)
 	names, err := n.fsys.c.ListXattr(ctx, n.cred(ctx), n.ino())
 	if err != nil {
 		return 0, n.fail("listxattr", err)
@@ -332,6 +379,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	ctx = detach(ctx)
 	if aclXattr(attr) {
 		return syscall.ENODATA
 	}
