@@ -240,6 +240,9 @@ func (c *Client) Call(ctx context.Context, op uint16, requestID uint64, payload 
 	if len(payload) > c.MaxMessage() {
 		return nil, fmt.Errorf("%w: request of %d bytes, at most %d", ErrTooLarge, len(payload), c.MaxMessage())
 	}
+	if ctx.Err() != nil {
+		return nil, timeoutError(ctx) // not sent
+	}
 	if !c.enter() {
 		return nil, &notSentError{c.Err()}
 	}

@@ -340,3 +340,16 @@ func TestFullSendQueueIsBackPressure(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+func TestCallWithEndedContextIsNotSent(t *testing.T) {
+	ts := newTestServer(t, ServerConfig{})
+	c := dialTest(t, ts, ClientConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Call(ctx, opNull, 1, nil)
+	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = c.Call(ctxT(t), opNull, 2, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, ts.srv.Stats().Calls, "the call with an ended context reached the server")
+}
