@@ -93,7 +93,7 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 	}
 	r := &request{op: op, h: *h, key: key, cred: &h.Cred}
 	if !op.Mutating() || h.Seq == 0 {
-		return s.dispatch(ctx, r, body)
+		return s.dispatchDurable(ctx, r, body)
 	}
 	for {
 		e, first := s.dedup.begin(key, h.Seq, h.LowSeq, now)
@@ -114,10 +114,26 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 			}
 			continue
 		}
-		res := s.dispatch(ctx, r, body)
+		res := s.dispatchDurable(ctx, r, body)
 		s.dedup.finish(key, h.Seq, e, res.status, res.bytes(), final(res.status))
 		return res
 	}
+}
+
+// dispatchDurable runs the op and waits until what it applied (and what
+// it read) is durable, so that its answer never depends on records a
+// crash could lose. The wait outlives the caller's context: the records
+// are applied and will be durable (or the partition failed).
+func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Body) result {
+	ctx, tk := withTouched(ctx)
+	res := s.dispatch(ctx, r, body)
+	if err := tk.await(s.ctx); err != nil {
+		if errors.Is(err, context.Canceled) {
+			return fail(wire.StatusNotReady)
+		}
+		return fail(wire.StatusInternal)
+	}
+	return res
 }
 
 func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) result {

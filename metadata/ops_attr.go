@@ -170,7 +170,10 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	n := p.inodes[in.Ino]
 	old := n.rec.Size
 	p.mu.Unlock()
-	err := retry(s.ctx, func() error { return s.cfg.Data.Truncate(s.ctx, in.Ino, old, in.Size) }, s.log, "truncate data")
+	err := p.sync(s.ctx)
+	if err == nil {
+		err = retry(s.ctx, func() error { return s.cfg.Data.Truncate(s.ctx, in.Ino, old, in.Size) }, s.log, "truncate data")
+	}
 	p.mu.Lock()
 	if err != nil {
 		return fail(wire.StatusNotReady)
@@ -401,6 +404,10 @@ func (p *partition) finishFree(ctx context.Context, ino uint64) {
 	}
 	p.mu.RUnlock()
 	if n == nil {
+		return
+	}
+	// The freeing mark is durable before any data goes.
+	if err := p.sync(ctx); err != nil {
 		return
 	}
 	if err := retry(ctx, func() error { return p.svc.cfg.Data.Free(ctx, ino, size) }, p.svc.log, "free data"); err != nil {

@@ -180,11 +180,10 @@ func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, na
 // frees it. The caller holds p.mu exclusively; it is released while the
 // peer works.
 func (p *partition) finishCreate(in *wire.IntentRecord) result {
-	s := p.svc
 	req := &wire.EntryAddRequest{Txn: in.Txn, Watermark: p.watermark(), Dir: in.Parent, Name: in.Name, Ino: in.Ino, Type: in.Type}
 	p.mu.Unlock()
 	var rep wire.EntryAddReply
-	rh, err := s.peer(s.ctx, wire.OpEntryAdd, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
+	rh, err := p.syncThenPeer(wire.OpEntryAdd, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
 	p.mu.Lock()
 	if err != nil {
 		return fail(wire.StatusNotReady)
@@ -296,11 +295,10 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 // finishLink runs a link intent to its end (also after a restart). The
 // caller holds p.mu exclusively.
 func (p *partition) finishLink(in *wire.IntentRecord) result {
-	s := p.svc
 	req := &wire.EntryAddRequest{Txn: in.Txn, Watermark: p.watermark(), Dir: in.Parent, Name: in.Name, Ino: in.Ino, Type: in.Type}
 	p.mu.Unlock()
 	var rep wire.EntryAddReply
-	rh, err := s.peer(s.ctx, wire.OpEntryAdd, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
+	rh, err := p.syncThenPeer(wire.OpEntryAdd, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
 	p.mu.Lock()
 	if err != nil {
 		return fail(wire.StatusNotReady)

@@ -174,7 +174,7 @@ func (p *partition) finishRemove(in *wire.IntentRecord) result {
 	req := &wire.EntryRemoveRequest{Txn: in.Txn, Watermark: p.watermark(), Dir: in.Parent, Name: in.Name, Ino: in.Ino,
 		VictimUID: n.rec.UID, IsDir: n.isDir()}
 	p.mu.Unlock()
-	rh, err := s.peer(s.ctx, wire.OpEntryRemove, cluster.PartitionOf(in.Parent), in.Cred, req, &wire.Empty{})
+	rh, err := p.syncThenPeer(wire.OpEntryRemove, cluster.PartitionOf(in.Parent), in.Cred, req, &wire.Empty{})
 	p.mu.Lock()
 	if err != nil {
 		return fail(wire.StatusNotReady)

@@ -97,6 +97,13 @@ func (c *partition) renameCoordinate(ctx context.Context, r *request, q *wire.Re
 	}
 	c.active[txn] = true
 	c.mu.Unlock()
+	// The sequence reservation is durable before the id escapes.
+	if err := c.sync(ctx); err != nil {
+		c.mu.Lock()
+		delete(c.active, txn)
+		c.mu.Unlock()
+		return fail(wire.StatusNotReady)
+	}
 	t := &renameTxn{c: c, txn: txn, cred: *r.cred, locked: map[uint32]bool{}}
 	backoff := time.Millisecond
 	for {
@@ -453,6 +460,10 @@ func (c *partition) finishDecision(dec *wire.DecisionRecord) result {
 	c.mu.RLock()
 	wm := c.watermark()
 	c.mu.RUnlock()
+	// The decision is durable before any participant applies it.
+	if err := c.sync(s.ctx); err != nil {
+		return fail(wire.StatusNotReady)
+	}
 	var wg sync.WaitGroup
 	for _, part := range dec.Parts {
 		wg.Go(func() {

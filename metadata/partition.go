@@ -63,6 +63,8 @@ type partition struct {
 	rewriting  bool
 
 	adv advisory // advisory locks (memory only)
+
+	cm committer // group commit of the records applied (commit.go)
 }
 
 type entryKey struct {
@@ -81,7 +83,7 @@ type txResult struct {
 }
 
 func newPartition(svc *Service, id uint32, log *plog.Log) *partition {
-	return &partition{
+	p := &partition{
 		id: id, svc: svc, log: log,
 		changed:    make(chan struct{}),
 		inodes:     map[uint64]*inode{},
@@ -96,6 +98,8 @@ func newPartition(svc *Service, id uint32, log *plog.Log) *partition {
 		txResults:  map[uint32]map[uint64]txResult{},
 		adv:        advisory{byIno: map[uint64][]heldLock{}},
 	}
+	p.cm.cond = sync.NewCond(&p.cm.mu)
+	return p
 }
 
 // broadcast wakes every waiter. Callers hold mu exclusively.
@@ -141,40 +145,8 @@ var errClosed = errors.New("metadata: service closed")
 // errCorrupt is a log whose records contradict each other.
 var errCorrupt = errors.New("metadata: partition log inconsistent")
 
-// commit appends recs as one durable group and applies them. The caller
-// holds mu exclusively.
-func (p *partition) commit(recs ...wire.Record) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	if err := p.svc.faults.beforeAppend(p.id, recs); err != nil {
-		return err
-	}
-	bufs := make([][]byte, len(recs))
-	for i, r := range recs {
-		bufs[i] = wire.EncodeRecord(r)
-		p.sinceCheck += uint64(len(bufs[i]))
-	}
-	if err := p.log.Append(bufs...); err != nil {
-		return fmt.Errorf("metadata: partition %d: append: %w", p.id, err)
-	}
-	for _, r := range recs {
-		if err := p.apply(r); err != nil {
-			// The log holds what DRAM refuses: a bug. Stop using the
-			// partition rather than diverge from the log.
-			p.svc.log.Error("record refused after its append; the partition stops", "partition", p.id, "err", err)
-			return err
-		}
-	}
-	if p.sinceCheck >= max(p.svc.cfg.RewriteMinBytes/8, 512) {
-		p.sinceCheck = 0
-		p.maybeRewrite()
-	}
-	return nil
-}
-
 // apply changes the DRAM state as rec says. It is the only code that
-// does, at replay and after each append.
+// does, at replay and in commit.
 func (p *partition) apply(rec wire.Record) error {
 	switch r := rec.(type) {
 	case *wire.InodeRecord:
@@ -525,6 +497,11 @@ func (p *partition) rewrite() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer func() { p.rewriting = false }()
+	// Every applied record must be in the log before the snapshot
+	// replaces it (the committer needs no p.mu to finish).
+	if err := p.awaitDurable(context.Background(), p.applied()); err != nil {
+		return err
+	}
 	before := p.log.Stats().Bytes
 	if err := p.log.Rewrite(p.snapshot); err != nil {
 		return err

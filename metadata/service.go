@@ -211,6 +211,16 @@ func (s *Service) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	// Let the committers finish what was applied (nothing new is
+	// committed once the service is closed).
+	for _, p := range s.loaded() {
+		c := &p.cm
+		c.mu.Lock()
+		for c.busy {
+			c.cond.Wait()
+		}
+		c.mu.Unlock()
+	}
 	return nil
 }
 
@@ -256,6 +266,12 @@ func (s *Service) partition(ctx context.Context, id uint32) (*partition, wire.St
 		return nil, wire.StatusWrongOwner
 	}
 	p, err := s.openPartition(ctx, id, true)
+	if err == nil {
+		if err = p.failed(); err != nil {
+			return nil, wire.StatusInternal
+		}
+		touch(ctx, p)
+	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, errClosed) {
 			return nil, wire.StatusNotReady

@@ -1,0 +1,244 @@
+package metadata
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/octofs/octofs/metadata/wire"
+)
+
+// Commits. A mutation holds its partition's lock exclusively while it
+// checks, applies its records to the DRAM state and queues them for the
+// log (commit); the lock is released before the records are durable, so
+// the next mutation of the partition checks and applies meanwhile, and
+// the partition's committer makes whole queues durable with one plog
+// append (group commit). Nothing that depends on a record leaves the node
+// before the record is durable:
+//
+//   - every reply waits until the partitions the request touched are
+//     durable up to what they had applied when the handler returned
+//     (serve calls awaitTouched), so a reply never reports, and a read
+//     never shows, state a crash could take back;
+//   - a protocol step waits for its intent, lock or decision to be
+//     durable before it sends a message to another partition or calls the
+//     data service (p.sync).
+//
+// The log's order is the order of the applies (the queue is filled under
+// the lock), so replay rebuilds exactly the state the applies built.
+
+// committer is a partition's group-commit queue.
+type committer struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   [][]byte
+	queued  uint64 // sequence of the last queued commit
+	durable uint64 // sequence of the last durable commit
+	err     error  // a failed append: the partition is unusable
+	busy    bool   // an append is running
+}
+
+// commit applies recs to the DRAM state and queues them for the log as
+// one group. The caller holds p.mu exclusively; the records are durable
+// once p.sync (or the request's awaitTouched) returns.
+func (p *partition) commit(recs ...wire.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	if err := p.failed(); err != nil {
+		return err
+	}
+	if p.svc.ctx.Err() != nil {
+		return errClosed
+	}
+	if err := p.svc.faults.beforeAppend(p.id, recs); err != nil {
+		return err
+	}
+	bufs := make([][]byte, len(recs))
+	for i, r := range recs {
+		bufs[i] = wire.EncodeRecord(r)
+		p.sinceCheck += uint64(len(bufs[i]))
+	}
+	for _, r := range recs {
+		if err := p.apply(r); err != nil {
+			// DRAM refuses what the handler built: a bug. The state may
+			// be half changed, so stop using the partition rather than
+			// diverge from the log.
+			p.svc.log.Error("a record was refused; the partition stops until the node restarts", "partition", p.id, "err", err)
+			p.fail(err)
+			return err
+		}
+	}
+	c := &p.cm
+	c.mu.Lock()
+	c.queue = append(c.queue, bufs...)
+	c.queued++
+	if !c.busy {
+		c.busy = true
+		go p.flush()
+	}
+	c.mu.Unlock()
+	if p.sinceCheck >= max(p.svc.cfg.RewriteMinBytes/8, 512) {
+		p.sinceCheck = 0
+		p.maybeRewrite()
+	}
+	return nil
+}
+
+// flush appends queued records until the queue is empty.
+func (p *partition) flush() {
+	c := &p.cm
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.err != nil {
+			c.busy = false
+			c.cond.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		batch, upto := c.queue, c.queued
+		c.queue = nil
+		c.mu.Unlock()
+		err := p.appendBatch(batch)
+		c.mu.Lock()
+		if err != nil {
+			c.err = fmt.Errorf("metadata: partition %d: append: %w", p.id, err)
+			p.svc.log.Error("a log append failed; the partition stops until the node restarts", "partition", p.id, "err", err)
+		} else {
+			c.durable = upto
+		}
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	}
+}
+
+// appendBatch appends records in groups plog accepts. One group is all
+// or nothing; a batch split over several groups keeps each commit whole,
+// since a commit is never larger than a group.
+func (p *partition) appendBatch(batch [][]byte) error {
+	const limit = 8 << 20
+	start, size := 0, 0
+	for i, b := range batch {
+		if size+len(b)+16 > limit && i > start {
+			if err := p.log.Append(batch[start:i]...); err != nil {
+				return err
+			}
+			start, size = i, 0
+		}
+		size += len(b) + 16
+	}
+	return p.log.Append(batch[start:]...)
+}
+
+// applied is the sequence of the last commit applied.
+func (p *partition) applied() uint64 {
+	c := &p.cm
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queued
+}
+
+// awaitDurable waits until commit seq is durable.
+func (p *partition) awaitDurable(ctx context.Context, seq uint64) error {
+	c := &p.cm
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.durable >= seq {
+		return nil
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() {
+			c.mu.Lock()
+			c.cond.Broadcast()
+			c.mu.Unlock()
+		})
+		defer stop()
+	}
+	for c.durable < seq && c.err == nil && ctx.Err() == nil {
+		c.cond.Wait()
+	}
+	switch {
+	case c.err != nil:
+		return c.err
+	case c.durable >= seq:
+		return nil
+	}
+	return ctx.Err()
+}
+
+// sync waits until everything the partition applied so far is durable.
+// The committer never takes p.mu, so a holder of it may wait too.
+func (p *partition) sync(ctx context.Context) error {
+	return p.awaitDurable(ctx, p.applied())
+}
+
+// fail marks the partition unusable.
+func (p *partition) fail(err error) {
+	c := &p.cm
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+func (p *partition) failed() error {
+	c := &p.cm
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// touched records the partitions a request used, so that its reply waits
+// for their durability.
+type touched struct {
+	mu    sync.Mutex
+	parts []*partition
+}
+
+type touchedKey struct{}
+
+func withTouched(ctx context.Context) (context.Context, *touched) {
+	t := &touched{}
+	return context.WithValue(ctx, touchedKey{}, t), t
+}
+
+func touch(ctx context.Context, p *partition) {
+	if t, ok := ctx.Value(touchedKey{}).(*touched); ok {
+		t.mu.Lock()
+		for _, q := range t.parts {
+			if q == p {
+				t.mu.Unlock()
+				return
+			}
+		}
+		t.parts = append(t.parts, p)
+		t.mu.Unlock()
+	}
+}
+
+// await waits until every touched partition is durable up to what it had
+// applied now.
+func (t *touched) await(ctx context.Context) error {
+	t.mu.Lock()
+	parts := append([]*partition(nil), t.parts...)
+	t.mu.Unlock()
+	for _, p := range parts {
+		if err := p.sync(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncThenPeer makes the partition's applied records durable (the
+// intent that a message depends on), then sends the message. The caller
+// does not hold p.mu.
+func (p *partition) syncThenPeer(op wire.Op, part uint32, cred wire.Cred, body, reply wire.Body) (wire.ReplyHeader, error) {
+	s := p.svc
+	if err := p.sync(s.ctx); err != nil {
+		return wire.ReplyHeader{}, err
+	}
+	return s.peer(s.ctx, op, part, cred, body, reply)
+}
