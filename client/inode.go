@@ -89,7 +89,11 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 	}
 	c.attrs.drop(ino)
 	var a Attr
-	if oi := c.opens.get(ino); oi != nil && in.Valid&SetSize != 0 {
+	// Unflushed writes are committed first when the size or the mtime
+	// changes: no write may land beyond a new end afterwards, and the
+	// commit of earlier writes must not overwrite an mtime set after them
+	// (cp -a and tar write, then set the times, then close).
+	if oi := c.opens.get(ino); oi != nil && in.Valid&(SetSize|SetMtime|SetMtimeNow) != 0 {
 		oi.mu.Lock()
 		if err = c.flushLocked(octx, oi); err == nil {
 			if a, err = c.ns.SetAttr(octx, cred, ino, in); err == nil {

@@ -29,7 +29,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if sourceDir != "" {
+		os.RemoveAll(sourceDir)
+	}
+	os.Exit(code)
 }
 
 // mountable skips the test unless this process can mount FUSE file
