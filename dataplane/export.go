@@ -117,9 +117,15 @@ type session struct {
 	conn  *rdma.Conn
 	pd    rdma.PD
 
-	mu     sync.Mutex
-	mrs    map[uint64]rdma.MR
-	closed bool
+	mu  sync.Mutex
+	mrs map[uint64]rdma.MR
+	// closed: no key is handed out any more. accepting: Accept is
+	// still setting the connection up and releases the session itself
+	// if it was closed meanwhile. released: its connection, regions and
+	// protection domain are gone.
+	closed, accepting, released bool
+	// gone is closed once released.
+	gone chan struct{}
 }
 
 // cqDepth bounds the completions of the export's queue pairs: one-sided
@@ -166,6 +172,14 @@ func (e *Export) Accept(ctx context.Context, req *rdma.ConnRequest, h Hello) err
 	if err == nil && h.Purpose != PurposeData {
 		err = fmt.Errorf("%w: purpose %q sent to the data export", ErrBadHello, h.Purpose)
 	}
+	var pd rdma.PD
+	if err == nil {
+		if pd, err = e.cfg.Device.AllocPD(); err != nil {
+			e.log.Warn("refusing data connection", "peer", req.Remote.Addr, "client", h.Client, "err", err)
+			req.Reject("node out of RDMA resources")
+			return fmt.Errorf("dataplane: %w", err)
+		}
+	}
 	var s *session
 	if err == nil {
 		e.mu.Lock()
@@ -176,29 +190,29 @@ func (e *Export) Accept(ctx context.Context, req *rdma.ConnRequest, h Hello) err
 			err = fmt.Errorf("dataplane: node serves %d data connections already; try again later", len(e.sessions))
 		default:
 			e.nextSession++
-			s = &session{id: e.nextSession, hello: h, mrs: make(map[uint64]rdma.MR)}
+			// The protection domain is the session's from the start:
+			// RemoteKey may register in it as soon as the client
+			// knows the session, which can be before Accept returns.
+			s = &session{id: e.nextSession, hello: h, pd: pd, mrs: make(map[uint64]rdma.MR), accepting: true, gone: make(chan struct{})}
 			// Reserved, so MaxConns counts handshakes in progress too.
 			e.sessions[s.id] = s
 		}
 		e.mu.Unlock()
 	}
 	if err != nil {
+		if pd != nil {
+			pd.Close()
+		}
 		e.log.Warn("refusing data connection", "peer", req.Remote.Addr, "client", h.Client, "err", err)
 		req.Reject(err.Error())
 		return err
 	}
 	fail := func(err error) error {
-		e.mu.Lock()
-		delete(e.sessions, s.id)
-		e.mu.Unlock()
-		if s.pd != nil {
-			s.pd.Close()
-		}
+		s.mu.Lock()
+		s.accepting, s.closed = false, true
+		s.mu.Unlock()
+		e.releaseSession(s)
 		return err
-	}
-	if s.pd, err = e.cfg.Device.AllocPD(); err != nil {
-		req.Reject("node out of RDMA resources")
-		return fail(fmt.Errorf("dataplane: %w", err))
 	}
 	grant := EncodeGrant(Grant{Session: s.id, Incarnation: e.cfg.Incarnation, BlockSize: e.cfg.Region.Geometry().BlockSize})
 	conn, err := req.Accept(ctx, rdma.ConnParams{
@@ -212,8 +226,14 @@ func (e *Export) Accept(ctx context.Context, req *rdma.ConnRequest, h Hello) err
 		return fail(err)
 	}
 	s.mu.Lock()
-	s.conn = conn
+	s.conn, s.accepting = conn, false
+	ended := s.closed
 	s.mu.Unlock()
+	if ended {
+		// Evicted (or the export closed) during the handshake.
+		e.releaseSession(s)
+		return fmt.Errorf("%w: session %d ended during its handshake", ErrNoSession, s.id)
+	}
 	e.mu.Lock()
 	closed := e.closed
 	if !closed {
@@ -236,15 +256,31 @@ func (e *Export) Accept(ctx context.Context, req *rdma.ConnRequest, h Hello) err
 	return nil
 }
 
-// endSession closes a session's connection, deregisters its memory
-// regions (waiting for accesses in progress) and forgets it.
+// endSession ends a session: no key is handed out for it any more, and
+// its connection is closed and its memory regions deregistered (waiting
+// for accesses in progress) before endSession returns. A session whose
+// handshake is in progress is released by Accept as soon as the
+// handshake ends; endSession waits for that.
 func (e *Export) endSession(s *session) {
 	s.mu.Lock()
-	if s.closed {
+	s.closed = true
+	accepting := s.accepting
+	s.mu.Unlock()
+	if !accepting {
+		e.releaseSession(s)
+	}
+	<-s.gone
+}
+
+// releaseSession closes a closed session's connection, deregisters its
+// memory regions, closes its protection domain and forgets it, once.
+func (e *Export) releaseSession(s *session) {
+	s.mu.Lock()
+	if s.released {
 		s.mu.Unlock()
 		return
 	}
-	s.closed = true
+	s.released = true
 	conn := s.conn
 	mrs := s.mrs
 	s.mrs = nil
@@ -261,6 +297,7 @@ func (e *Export) endSession(s *session) {
 	e.mu.Lock()
 	delete(e.sessions, s.id)
 	e.mu.Unlock()
+	close(s.gone)
 	e.log.Debug("data client disconnected", "client", s.hello.Client, "session", s.id)
 }
 
@@ -318,7 +355,7 @@ func (e *Export) RemoteKey(sid uint64, off uint64) (RemoteKey, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed || s.conn == nil {
+	if s.closed {
 		return RemoteKey{}, fmt.Errorf("%w: session %d", ErrNoSession, sid)
 	}
 	mr := s.mrs[off]
@@ -372,9 +409,9 @@ func (e *Export) closeWhere(match func(*session) bool) int {
 	n := 0
 	for _, s := range victims {
 		s.mu.Lock()
-		established := s.conn != nil && !s.closed
+		live := !s.closed
 		s.mu.Unlock()
-		if established {
+		if live {
 			e.endSession(s)
 			n++
 		}
