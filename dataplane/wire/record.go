@@ -15,6 +15,10 @@ import (
 // is 1).
 const ServiceChunks = 2
 
+// RecordVersion is the version byte of every log record. New record kinds
+// keep it: a node that meets a kind it does not know refuses the log.
+const RecordVersion = 1
+
 // RecordKind says what a record does.
 type RecordKind uint8
 
@@ -28,6 +32,14 @@ const (
 	// the region blocks behind them are free from then on (quarantined in
 	// DRAM until no lease can name them).
 	RecordUnmap RecordKind = 2
+	// RecordMapUnwritten maps runs of a chunk's blocks to region blocks
+	// as unwritten: the blocks read as zeros whatever they hold, so
+	// nothing was written to them before the record.
+	RecordMapUnwritten RecordKind = 3
+	// RecordConvert makes the unwritten blocks among [First,
+	// First+Count) of a chunk written: their bytes were persisted before
+	// the record was appended. Every block of the range is mapped.
+	RecordConvert RecordKind = 4
 )
 
 // Run maps Count blocks of a chunk, from block index First (in block-size
@@ -43,9 +55,10 @@ type Record struct {
 	Kind  RecordKind
 	Ino   uint64
 	Chunk uint64
-	// Runs are RecordMap's runs, ordered and disjoint.
+	// Runs are RecordMap's and RecordMapUnwritten's runs, ordered and
+	// disjoint.
 	Runs []Run
-	// First and Count are RecordUnmap's block range.
+	// First and Count are RecordUnmap's and RecordConvert's block range.
 	First, Count uint32
 }
 
@@ -55,19 +68,19 @@ const MaxRuns = ChunkSize / 512
 // Encode returns the record's bytes.
 func (r *Record) Encode() []byte {
 	e := codec.NewEncoder(make([]byte, 0, 40+16*len(r.Runs)))
-	e.U8(Version)
+	e.U8(RecordVersion)
 	e.U8(uint8(r.Kind))
 	e.U64(r.Ino)
 	e.U64(r.Chunk)
 	switch r.Kind {
-	case RecordMap:
+	case RecordMap, RecordMapUnwritten:
 		e.U32(uint32(len(r.Runs)))
 		for _, x := range r.Runs {
 			e.U32(x.First)
 			e.U32(x.Count)
 			e.U64(x.Block)
 		}
-	case RecordUnmap:
+	case RecordUnmap, RecordConvert:
 		e.U32(r.First)
 		e.U32(r.Count)
 	}
@@ -79,14 +92,14 @@ func (r *Record) Encode() []byte {
 func DecodeRecord(b []byte, blocksPerChunk uint32) (Record, error) {
 	d := codec.NewDecoder(b)
 	var r Record
-	if v := d.U8(); d.Err() == nil && v != Version {
-		return r, fmt.Errorf("%w: record version %d, this node reads %d (run the newer octofs)", ErrMalformed, v, Version)
+	if v := d.U8(); d.Err() == nil && v != RecordVersion {
+		return r, fmt.Errorf("%w: record version %d, this node reads %d (run the newer octofs)", ErrMalformed, v, RecordVersion)
 	}
 	r.Kind = RecordKind(d.U8())
 	r.Ino = d.U64()
 	r.Chunk = d.U64()
 	switch r.Kind {
-	case RecordMap:
+	case RecordMap, RecordMapUnwritten:
 		n := d.U32()
 		if d.Err() == nil && (n > MaxRuns || uint64(n)*16 > uint64(d.Remaining())) {
 			d.Fail("%d runs (at most %d, %d bytes left)", n, MaxRuns, d.Remaining())
@@ -97,7 +110,7 @@ func DecodeRecord(b []byte, blocksPerChunk uint32) (Record, error) {
 				r.Runs[i] = Run{First: d.U32(), Count: d.U32(), Block: d.U64()}
 			}
 		}
-	case RecordUnmap:
+	case RecordUnmap, RecordConvert:
 		r.First = d.U32()
 		r.Count = d.U32()
 	default:
@@ -109,7 +122,7 @@ func DecodeRecord(b []byte, blocksPerChunk uint32) (Record, error) {
 		return Record{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	switch r.Kind {
-	case RecordMap:
+	case RecordMap, RecordMapUnwritten:
 		var end uint64
 		for i, x := range r.Runs {
 			if x.Count == 0 || uint64(x.First)+uint64(x.Count) > uint64(blocksPerChunk) || (i > 0 && uint64(x.First) < end) ||
@@ -118,9 +131,9 @@ func DecodeRecord(b []byte, blocksPerChunk uint32) (Record, error) {
 			}
 			end = uint64(x.First) + uint64(x.Count)
 		}
-	case RecordUnmap:
+	case RecordUnmap, RecordConvert:
 		if uint64(r.First)+uint64(r.Count) > uint64(blocksPerChunk) {
-			return Record{}, fmt.Errorf("%w: unmap %d+%d outside a chunk of %d blocks", ErrMalformed, r.First, r.Count, blocksPerChunk)
+			return Record{}, fmt.Errorf("%w: block range %d+%d outside a chunk of %d blocks", ErrMalformed, r.First, r.Count, blocksPerChunk)
 		}
 	}
 	return r, nil

@@ -18,8 +18,10 @@ import (
 // a small cluster.
 const ChunkSize = 4 << 20
 
-// Version is the version byte of every message and record of this package.
-const Version = 1
+// Version is the version byte of every message of this package. Version
+// 2 added unwritten extents (Extent.Stamp, Range.Stamp) and allocation
+// ahead (Request.Ahead). Log records carry RecordVersion.
+const Version = 2
 
 // ErrMalformed is returned for a message or record that does not decode.
 var ErrMalformed = errors.New("dataplane/wire: malformed message")
@@ -32,8 +34,10 @@ type Op uint16
 const (
 	// OpMap returns a chunk's extents under a lease.
 	OpMap Op = 0x0201
-	// OpAllocate allocates the blocks a write range lacks (zeroed) and
-	// returns the chunk's extents.
+	// OpAllocate maps blocks where a write range (and the Ahead bytes
+	// after it) has none, as unwritten extents, and returns the chunk's
+	// extents. Blocks the write covers only in part are made written
+	// with zeros first (fresh ones, and unwritten ones).
 	OpAllocate Op = 0x0202
 	// OpPersist makes written ranges durable in the owner's persistence
 	// domain.
@@ -176,6 +180,15 @@ type Request struct {
 	// Off and Len are a byte range inside the chunk (allocate,
 	// fallocate).
 	Off, Len uint32
+	// Ahead is, for allocate, how many bytes after Off+Len to map as
+	// well (unwritten), for a sequential writer's next writes; the owner
+	// stops at the chunk's end.
+	Ahead uint32
+	// MineHead and MineTail are, for allocate, the stamps of unwritten
+	// blocks that the caller has written whole itself, if the write
+	// covers the block holding its first (last) byte only in part: the
+	// owner leaves such a block as it is instead of zeroing it (0: none).
+	MineHead, MineTail uint64
 	// Mode is the fallocate mode.
 	Mode uint32
 	// Size is the trim size in bytes.
@@ -187,10 +200,15 @@ type Request struct {
 	Ranges []Range
 }
 
-// Range is a byte range inside one chunk.
+// Range is a byte range inside one chunk that the caller wrote through
+// extents of one stamp (0: written extents).
 type Range struct {
 	Chunk    uint64
 	Off, Len uint32
+	// Stamp is the Extent.Stamp of the extents the bytes were written
+	// through: persist converts unwritten blocks of that stamp that the
+	// ranges of the request cover whole.
+	Stamp uint64
 }
 
 // MaxRanges bounds a persist request's ranges.
@@ -198,7 +216,7 @@ const MaxRanges = 4096
 
 // Encode returns the request's bytes.
 func (r *Request) Encode() []byte {
-	e := codec.NewEncoder(make([]byte, 0, 96+16*len(r.Ranges)))
+	e := codec.NewEncoder(make([]byte, 0, 120+24*len(r.Ranges)))
 	e.U8(Version)
 	e.U16(uint16(r.Op))
 	r.Header.encode(e)
@@ -207,6 +225,9 @@ func (r *Request) Encode() []byte {
 	e.U64(r.Chunk)
 	e.U32(r.Off)
 	e.U32(r.Len)
+	e.U32(r.Ahead)
+	e.U64(r.MineHead)
+	e.U64(r.MineTail)
 	e.U32(r.Mode)
 	e.U64(r.Size)
 	e.U64(r.Owner)
@@ -215,6 +236,7 @@ func (r *Request) Encode() []byte {
 		e.U64(g.Chunk)
 		e.U32(g.Off)
 		e.U32(g.Len)
+		e.U64(g.Stamp)
 	}
 	return e.Bytes()
 }
@@ -233,17 +255,20 @@ func DecodeRequest(b []byte) (Request, error) {
 	r.Chunk = d.U64()
 	r.Off = d.U32()
 	r.Len = d.U32()
+	r.Ahead = d.U32()
+	r.MineHead = d.U64()
+	r.MineTail = d.U64()
 	r.Mode = d.U32()
 	r.Size = d.U64()
 	r.Owner = d.U64()
 	n := d.U32()
-	if d.Err() == nil && (n > MaxRanges || uint64(n)*16 > uint64(d.Remaining())) {
+	if d.Err() == nil && (n > MaxRanges || uint64(n)*24 > uint64(d.Remaining())) {
 		d.Fail("%d ranges (at most %d, %d bytes left)", n, MaxRanges, d.Remaining())
 	}
 	if d.Err() == nil && n > 0 {
 		r.Ranges = make([]Range, n)
 		for i := range r.Ranges {
-			r.Ranges[i] = Range{Chunk: d.U64(), Off: d.U32(), Len: d.U32()}
+			r.Ranges[i] = Range{Chunk: d.U64(), Off: d.U32(), Len: d.U32(), Stamp: d.U64()}
 		}
 	}
 	if err := d.Finish(); err != nil {
@@ -261,6 +286,9 @@ func (r *Request) check() error {
 	if !inChunk(r.Off, r.Len) {
 		return fmt.Errorf("%w: range [%d,+%d) outside a %d-byte chunk", ErrMalformed, r.Off, r.Len, ChunkSize)
 	}
+	if r.Ahead > ChunkSize {
+		return fmt.Errorf("%w: %d bytes ahead, more than a chunk", ErrMalformed, r.Ahead)
+	}
 	for _, g := range r.Ranges {
 		if !inChunk(g.Off, g.Len) {
 			return fmt.Errorf("%w: range [%d,+%d) of chunk %d outside a %d-byte chunk", ErrMalformed, g.Off, g.Len, g.Chunk, ChunkSize)
@@ -272,11 +300,24 @@ func (r *Request) check() error {
 // Extent is a run of a chunk's bytes that has blocks: chunk bytes
 // [Off, Off+Len) are at remote address Addr of the caller's data session,
 // through RKey. Off and Len are whole blocks.
+//
+// A non-zero Stamp marks an unwritten extent: its blocks are allocated but
+// hold nothing of the file yet (their bytes are whatever the blocks held
+// before, never to be shown), so they read as zeros. A client may write
+// whole blocks of it (a write that covers a block only in part asks the
+// owner with allocate first, which makes that block written); a persist
+// naming the stamp converts the blocks it covers whole. The stamp tells
+// one allocation from another, so a persist never converts blocks that
+// were freed and allocated again since the client wrote.
 type Extent struct {
 	Off, Len uint32
 	Addr     uint64
 	RKey     uint32
+	Stamp    uint64
 }
+
+// Unwritten reports whether the extent reads as zeros.
+func (x Extent) Unwritten() bool { return x.Stamp != 0 }
 
 // End is one past the extent's last chunk byte.
 func (x Extent) End() uint32 { return x.Off + x.Len }
@@ -318,7 +359,7 @@ type Reply struct {
 
 // Encode returns the reply's bytes.
 func (r *Reply) Encode() []byte {
-	e := codec.NewEncoder(make([]byte, 0, 80+len(r.Message)+20*len(r.Extents)))
+	e := codec.NewEncoder(make([]byte, 0, 80+len(r.Message)+28*len(r.Extents)))
 	e.U8(Version)
 	e.U32(uint32(r.Status))
 	e.U64(r.Epoch)
@@ -335,6 +376,7 @@ func (r *Reply) Encode() []byte {
 		e.U32(x.Len)
 		e.U64(x.Addr)
 		e.U32(x.RKey)
+		e.U64(x.Stamp)
 	}
 	e.U64(r.Capacity.Total)
 	e.U64(r.Capacity.Free)
@@ -357,13 +399,13 @@ func DecodeReply(b []byte) (Reply, error) {
 	r.Message = d.String16(maxMessage)
 	r.Lease = time.Duration(d.I64())
 	n := d.U32()
-	if d.Err() == nil && (n > MaxExtents || uint64(n)*20 > uint64(d.Remaining())) {
+	if d.Err() == nil && (n > MaxExtents || uint64(n)*28 > uint64(d.Remaining())) {
 		d.Fail("%d extents (at most %d, %d bytes left)", n, MaxExtents, d.Remaining())
 	}
 	if d.Err() == nil && n > 0 {
 		r.Extents = make([]Extent, n)
 		for i := range r.Extents {
-			r.Extents[i] = Extent{Off: d.U32(), Len: d.U32(), Addr: d.U64(), RKey: d.U32()}
+			r.Extents[i] = Extent{Off: d.U32(), Len: d.U32(), Addr: d.U64(), RKey: d.U32(), Stamp: d.U64()}
 		}
 	}
 	r.Capacity = Capacity{Total: d.U64(), Free: d.U64(), Used: d.U64(), Quarantined: d.U64()}

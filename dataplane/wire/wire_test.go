@@ -12,8 +12,8 @@ import (
 func TestRequestRoundTrip(t *testing.T) {
 	for name, r := range map[string]Request{
 		"map":      {Op: OpMap, Header: Header{Epoch: 3, ClientID: 4, Incarnation: 5}, Session: 6, Ino: 1<<48 | 7, Chunk: 2},
-		"allocate": {Op: OpAllocate, Session: 1, Ino: 9, Chunk: 1, Off: 4096, Len: ChunkSize - 4096},
-		"persist":  {Op: OpPersist, Ino: 9, Owner: 77, Ranges: []Range{{Chunk: 0, Off: 0, Len: 10}, {Chunk: 5, Off: 100, Len: 1}}},
+		"allocate": {Op: OpAllocate, Session: 1, Ino: 9, Chunk: 1, Off: 4097, Len: 8190, Ahead: ChunkSize - 3*4096, MineHead: 3, MineTail: 4},
+		"persist":  {Op: OpPersist, Ino: 9, Owner: 77, Ranges: []Range{{Chunk: 0, Off: 0, Len: 10}, {Chunk: 5, Off: 100, Len: 1, Stamp: 12}}},
 		"trim":     {Op: OpTrim, Ino: 9, Size: 123456789},
 		"fallocate": {Op: OpFallocate, Session: 2, Ino: 9, Chunk: 3, Off: 1, Len: 2,
 			Mode: FallocPunchHole | FallocKeepSize},
@@ -29,11 +29,13 @@ func TestRequestRoundTrip(t *testing.T) {
 func TestRequestRefused(t *testing.T) {
 	outside := Request{Op: OpAllocate, Off: ChunkSize - 1, Len: 2}
 	badRange := Request{Op: OpPersist, Ranges: []Range{{Off: ChunkSize, Len: 1}}}
+	tooFar := Request{Op: OpAllocate, Len: 1, Ahead: ChunkSize + 1}
 	v2 := (&Request{Op: OpMap}).Encode()
 	v2[0] = Version + 1
 	for name, b := range map[string][]byte{
 		"range past the chunk":   outside.Encode(),
 		"persist past the chunk": badRange.Encode(),
+		"ahead past a chunk":     tooFar.Encode(),
 		"other version":          v2,
 		"truncated":              (&Request{Op: OpMap}).Encode()[:20],
 		"trailing":               append((&Request{Op: OpMap}).Encode(), 1),
@@ -49,7 +51,7 @@ func TestRequestRefused(t *testing.T) {
 func TestReplyRoundTrip(t *testing.T) {
 	for name, r := range map[string]Reply{
 		"map": {Status: StatusOK, Epoch: 2, Incarnation: 3, Lease: 2 * time.Second,
-			Extents: []Extent{{Off: 0, Len: 4096, Addr: 1 << 40, RKey: 7}, {Off: 8192, Len: 8192, Addr: 5, RKey: 7}}},
+			Extents: []Extent{{Off: 0, Len: 4096, Addr: 1 << 40, RKey: 7}, {Off: 8192, Len: 8192, Addr: 5, RKey: 7, Stamp: 3}}},
 		"wrong owner": {Status: StatusWrongOwner, Epoch: 9, Message: "partition 3 is owned by n2"},
 		"statfs":      {Capacity: Capacity{Total: 1 << 30, Free: 1 << 29, Used: 100, Quarantined: 5}},
 	} {
@@ -78,8 +80,10 @@ func TestReplyRefused(t *testing.T) {
 
 func TestRecordRoundTrip(t *testing.T) {
 	for name, r := range map[string]Record{
-		"map":   {Kind: RecordMap, Ino: 5, Chunk: 6, Runs: []Run{{First: 0, Count: 2, Block: 100}, {First: 5, Count: 1, Block: 7}}},
-		"unmap": {Kind: RecordUnmap, Ino: 5, Chunk: 6, First: 3, Count: 1021},
+		"map":           {Kind: RecordMap, Ino: 5, Chunk: 6, Runs: []Run{{First: 0, Count: 2, Block: 100}, {First: 5, Count: 1, Block: 7}}},
+		"unmap":         {Kind: RecordUnmap, Ino: 5, Chunk: 6, First: 3, Count: 1021},
+		"map unwritten": {Kind: RecordMapUnwritten, Ino: 5, Chunk: 6, Runs: []Run{{First: 2, Count: 1000, Block: 100}}},
+		"convert":       {Kind: RecordConvert, Ino: 5, Chunk: 6, First: 2, Count: 10},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := DecodeRecord(r.Encode(), 1024)
@@ -91,11 +95,13 @@ func TestRecordRoundTrip(t *testing.T) {
 
 func TestRecordRefused(t *testing.T) {
 	for name, r := range map[string]Record{
-		"unmap past chunk": {Kind: RecordUnmap, First: 1000, Count: 25},
-		"run past chunk":   {Kind: RecordMap, Runs: []Run{{First: 1020, Count: 5}}},
-		"runs overlap":     {Kind: RecordMap, Runs: []Run{{First: 0, Count: 5}, {First: 4, Count: 1}}},
-		"empty run":        {Kind: RecordMap, Runs: []Run{{First: 0, Count: 0}}},
-		"unknown kind":     {Kind: 9},
+		"unmap past chunk":   {Kind: RecordUnmap, First: 1000, Count: 25},
+		"convert past chunk": {Kind: RecordConvert, First: 1024, Count: 1},
+		"unwritten overlap":  {Kind: RecordMapUnwritten, Runs: []Run{{First: 0, Count: 5}, {First: 4, Count: 1}}},
+		"run past chunk":     {Kind: RecordMap, Runs: []Run{{First: 1020, Count: 5}}},
+		"runs overlap":       {Kind: RecordMap, Runs: []Run{{First: 0, Count: 5}, {First: 4, Count: 1}}},
+		"empty run":          {Kind: RecordMap, Runs: []Run{{First: 0, Count: 0}}},
+		"unknown kind":       {Kind: 9},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := DecodeRecord(r.Encode(), 1024)
@@ -105,7 +111,8 @@ func TestRecordRefused(t *testing.T) {
 }
 
 func FuzzDecodeRequest(f *testing.F) {
-	f.Add((&Request{Op: OpPersist, Ranges: []Range{{Chunk: 1, Off: 2, Len: 3}}}).Encode())
+	f.Add((&Request{Op: OpPersist, Ranges: []Range{{Chunk: 1, Off: 2, Len: 3, Stamp: 4}}}).Encode())
+	f.Add((&Request{Op: OpAllocate, Len: 5, Ahead: 4096}).Encode())
 	f.Add((&Request{Op: OpMap, Session: 1}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRequest(b)
@@ -118,7 +125,7 @@ func FuzzDecodeRequest(f *testing.F) {
 }
 
 func FuzzDecodeReply(f *testing.F) {
-	f.Add((&Reply{Extents: []Extent{{Off: 0, Len: 4096, Addr: 1, RKey: 2}}, Lease: time.Second}).Encode())
+	f.Add((&Reply{Extents: []Extent{{Off: 0, Len: 4096, Addr: 1, RKey: 2}, {Off: 4096, Len: 4096, Addr: 2, RKey: 2, Stamp: 9}}, Lease: time.Second}).Encode())
 	f.Add((&Reply{Status: StatusWrongOwner, Message: "m"}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeReply(b)
@@ -133,6 +140,8 @@ func FuzzDecodeReply(f *testing.F) {
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add((&Record{Kind: RecordMap, Runs: []Run{{First: 1, Count: 2, Block: 3}}}).Encode())
 	f.Add((&Record{Kind: RecordUnmap, First: 1, Count: 2}).Encode())
+	f.Add((&Record{Kind: RecordMapUnwritten, Runs: []Run{{First: 1, Count: 2, Block: 3}}}).Encode())
+	f.Add((&Record{Kind: RecordConvert, First: 1, Count: 2}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRecord(b, 1024)
 		if err != nil {
