@@ -1,108 +1,196 @@
 package dataplane
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/octofs/octofs/dataplane/wire"
 )
 
-// chunkMap is one chunk's extent map in DRAM: runs of the chunk's blocks
-// mapped to region blocks, ordered by First, disjoint, and merged where
-// both the chunk blocks and the region blocks are contiguous. Blocks not
-// covered by a run are holes.
+// run maps count blocks of a chunk, from block index first, to region
+// blocks [block, block+count). A run with a non-zero stamp is unwritten:
+// it was mapped by the allocation that drew that stamp, nothing of the
+// file is in it yet as far as the owner knows, and it reads as zeros.
+type run struct {
+	first, count uint32
+	block        uint64
+	stamp        uint64
+}
+
+func (r run) end() uint32 { return r.first + r.count }
+
+// unwritten reports whether the run reads as zeros.
+func (r run) unwritten() bool { return r.stamp != 0 }
+
+// chunkMap is one chunk's extent map in DRAM: runs ordered by first,
+// disjoint, and merged where both the chunk blocks and the region blocks
+// are contiguous and the stamps equal. Blocks not covered by a run are
+// holes.
 type chunkMap struct {
-	runs []wire.Run
+	runs []run
 }
 
 // overlapping returns the runs that overlap blocks [first, end), clipped to
 // it.
-func (m *chunkMap) overlapping(first, end uint32) []wire.Run {
-	var out []wire.Run
+func (m *chunkMap) overlapping(first, end uint32) []run {
+	var out []run
 	for _, r := range m.runs {
-		rEnd := r.First + r.Count
-		if rEnd <= first {
+		if r.end() <= first {
 			continue
 		}
-		if r.First >= end {
+		if r.first >= end {
 			break
 		}
-		lo, hi := max(r.First, first), min(rEnd, end)
-		out = append(out, wire.Run{First: lo, Count: hi - lo, Block: r.Block + uint64(lo-r.First)})
+		lo, hi := max(r.first, first), min(r.end(), end)
+		out = append(out, run{first: lo, count: hi - lo, block: r.block + uint64(lo-r.first), stamp: r.stamp})
 	}
 	return out
 }
 
 // holes returns the unmapped block ranges in [first, end) as runs with no
 // block.
-func (m *chunkMap) holes(first, end uint32) []wire.Run {
-	var out []wire.Run
+func (m *chunkMap) holes(first, end uint32) []run {
+	var out []run
 	at := first
 	for _, r := range m.runs {
-		rEnd := r.First + r.Count
-		if rEnd <= at {
+		if r.end() <= at {
 			continue
 		}
-		if r.First >= end {
+		if r.first >= end {
 			break
 		}
-		if r.First > at {
-			out = append(out, wire.Run{First: at, Count: r.First - at})
+		if r.first > at {
+			out = append(out, run{first: at, count: r.first - at})
 		}
-		at = rEnd
+		at = r.end()
 		if at >= end {
 			break
 		}
 	}
 	if at < end {
-		out = append(out, wire.Run{First: at, Count: end - at})
+		out = append(out, run{first: at, count: end - at})
 	}
 	return out
+}
+
+// mapped reports whether every block of [first, end) is mapped.
+func (m *chunkMap) mapped(first, end uint32) bool {
+	return first >= end || len(m.holes(first, end)) == 0
 }
 
 // insert maps the runs, which must lie in holes (the caller found them
 // with holes, under the partition's lock). Replay checks that instead of
 // assuming it: it reports false if a run overlaps a mapped block.
-func (m *chunkMap) insert(add []wire.Run) bool {
+func (m *chunkMap) insert(add []run) bool {
 	for _, a := range add {
-		if len(m.overlapping(a.First, a.First+a.Count)) > 0 {
+		if len(m.overlapping(a.first, a.end())) > 0 {
 			return false
 		}
 	}
 	m.runs = append(m.runs, add...)
-	slices.SortFunc(m.runs, func(a, b wire.Run) int { return int(a.First) - int(b.First) })
+	m.normalize()
+	return true
+}
+
+// normalize sorts the runs and merges neighbours that continue each other.
+func (m *chunkMap) normalize() {
+	if len(m.runs) == 0 {
+		return
+	}
+	slices.SortFunc(m.runs, func(a, b run) int { return cmp.Compare(a.first, b.first) })
 	merged := m.runs[:1]
 	for _, r := range m.runs[1:] {
 		last := &merged[len(merged)-1]
-		if last.First+last.Count == r.First && last.Block+uint64(last.Count) == r.Block {
-			last.Count += r.Count
+		if last.end() == r.first && last.block+uint64(last.count) == r.block && last.stamp == r.stamp {
+			last.count += r.count
 			continue
 		}
 		merged = append(merged, r)
 	}
 	m.runs = merged
-	return true
 }
 
 // remove unmaps blocks [first, end) and returns the region blocks they had.
-func (m *chunkMap) remove(first, end uint32) []wire.Run {
+func (m *chunkMap) remove(first, end uint32) []run {
 	freed := m.overlapping(first, end)
 	if len(freed) == 0 {
 		return nil
 	}
-	var keep []wire.Run
+	var keep []run
 	for _, r := range m.runs {
-		rEnd := r.First + r.Count
-		if rEnd <= first || r.First >= end {
+		if r.end() <= first || r.first >= end {
 			keep = append(keep, r)
 			continue
 		}
-		if r.First < first {
-			keep = append(keep, wire.Run{First: r.First, Count: first - r.First, Block: r.Block})
+		if r.first < first {
+			keep = append(keep, run{first: r.first, count: first - r.first, block: r.block, stamp: r.stamp})
 		}
-		if rEnd > end {
-			keep = append(keep, wire.Run{First: end, Count: rEnd - end, Block: r.Block + uint64(end-r.First)})
+		if r.end() > end {
+			keep = append(keep, run{first: end, count: r.end() - end, block: r.block + uint64(end-r.first), stamp: r.stamp})
 		}
 	}
 	m.runs = keep
 	return freed
+}
+
+// convert makes the unwritten blocks among [first, end) written. It
+// reports false, changing nothing, if a block of the range is a hole.
+func (m *chunkMap) convert(first, end uint32) bool {
+	if !m.mapped(first, end) {
+		return false
+	}
+	var out []run
+	for _, r := range m.runs {
+		if r.end() <= first || r.first >= end || !r.unwritten() {
+			out = append(out, r)
+			continue
+		}
+		lo, hi := max(r.first, first), min(r.end(), end)
+		if r.first < lo {
+			out = append(out, run{first: r.first, count: lo - r.first, block: r.block, stamp: r.stamp})
+		}
+		out = append(out, run{first: lo, count: hi - lo, block: r.block + uint64(lo-r.first)})
+		if hi < r.end() {
+			out = append(out, run{first: hi, count: r.end() - hi, block: r.block + uint64(hi-r.first), stamp: r.stamp})
+		}
+	}
+	m.runs = out
+	m.normalize()
+	return true
+}
+
+// stampedBlocks returns the block ranges among [first, end) that are
+// unwritten with stamp, in order, adjacent ones joined.
+func (m *chunkMap) stampedBlocks(first, end uint32, stamp uint64) []run {
+	var out []run
+	for _, r := range m.overlapping(first, end) {
+		if r.stamp != stamp {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].end() == r.first {
+			out[n-1].count += r.count
+			continue
+		}
+		out = append(out, run{first: r.first, count: r.count})
+	}
+	return out
+}
+
+// wireRuns returns the runs as log-record runs (the stamp is not logged:
+// the record's kind says written or unwritten).
+func wireRuns(rs []run) []wire.Run {
+	out := make([]wire.Run, len(rs))
+	for i, r := range rs {
+		out[i] = wire.Run{First: r.first, Count: r.count, Block: r.block}
+	}
+	return out
+}
+
+// runsOf returns a record's runs with stamp.
+func runsOf(ws []wire.Run, stamp uint64) []run {
+	out := make([]run, len(ws))
+	for i, w := range ws {
+		out[i] = run{first: w.First, count: w.Count, block: w.Block, stamp: stamp}
+	}
+	return out
 }

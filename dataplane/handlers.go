@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -112,7 +113,7 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 	if req.Len > 0 {
 		switch req.Op {
 		case wire.OpAllocate:
-			err = s.ensure(p, req.Ino, req.Chunk, req.Off/uint32(s.bs), blockEnd(req.Off, req.Len, s.bs))
+			err = s.ensure(p, req.Ino, req.Chunk, uint64(req.Off), uint64(req.Off)+uint64(req.Len), uint64(req.Ahead), true, [2]uint64{req.MineHead, req.MineTail})
 		case wire.OpFallocate:
 			err = s.fallocate(p, req)
 		}
@@ -127,14 +128,9 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 	return wire.Reply{Lease: s.cfg.Lease, Extents: exts}, nil
 }
 
-// blockEnd is the index one past the block holding the range's last byte.
-func blockEnd(off, n uint32, bs uint64) uint32 {
-	return uint32((uint64(off) + uint64(n) + bs - 1) / bs)
-}
-
 // fallocate applies a mode to a range of one chunk; p.mu is held.
 func (s *Service) fallocate(p *partition, req *wire.Request) error {
-	first, end := req.Off/uint32(s.bs), blockEnd(req.Off, req.Len, s.bs)
+	lo, hi := uint64(req.Off), uint64(req.Off)+uint64(req.Len)
 	key := chunkKey{req.Ino, req.Chunk}
 	switch {
 	case req.Mode&wire.FallocPunchHole != 0:
@@ -159,11 +155,12 @@ func (s *Service) fallocate(p *partition, req *wire.Request) error {
 				return err
 			}
 		}
-		return s.ensure(p, req.Ino, req.Chunk, first, end)
+		return s.ensure(p, req.Ino, req.Chunk, lo, hi, 0, false, [2]uint64{})
 	default:
-		// Default and KEEP_SIZE: blocks for the range, fresh ones
-		// zeroed; the size is the namespace's.
-		return s.ensure(p, req.Ino, req.Chunk, first, end)
+		// Default and KEEP_SIZE: blocks for the range (unwritten, so
+		// they read as zeros without being zeroed); the size is the
+		// namespace's.
+		return s.ensure(p, req.Ino, req.Chunk, lo, hi, 0, false, [2]uint64{})
 	}
 }
 
@@ -173,29 +170,39 @@ func (s *Service) fallocate(p *partition, req *wire.Request) error {
 func (s *Service) zeroMapped(m *chunkMap, off, n uint64) error {
 	first, end := uint32(off/s.bs), uint32((off+n+s.bs-1)/s.bs)
 	for _, r := range m.overlapping(first, end) {
-		lo := max(off, uint64(r.First)*s.bs)
-		hi := min(off+n, uint64(r.First+r.Count)*s.bs)
+		lo := max(off, uint64(r.first)*s.bs)
+		hi := min(off+n, uint64(r.end())*s.bs)
 		if lo >= hi {
 			continue
 		}
-		if err := s.zero(s.blockOff(r.Block)+lo-uint64(r.First)*s.bs, hi-lo); err != nil {
+		if err := s.zero(s.blockOff(r.block)+lo-uint64(r.first)*s.bs, hi-lo); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// persist makes the mapped bytes of the request's ranges durable.
+// persist makes the mapped bytes of the request's ranges durable, then
+// converts the unwritten blocks that the ranges of one stamp cover whole:
+// the client wrote all of them through that allocation's extents, and
+// they are now durable, so they may be read. A stamp names one
+// allocation, whose blocks only ever disappear (unmapped) or convert, so
+// the blocks converted are among those flushed.
 func (s *Service) persist(ctx context.Context, req *wire.Request) error {
 	if req.Owner != s.cfg.Export.Incarnation() {
 		return errDataLost
 	}
 	type span struct{ off, n uint64 }
 	var spans []span
+	parts := make(map[uint64]*partition) // by chunk
 	for _, g := range req.Ranges {
-		p, err := s.chunkPartition(ctx, req, g.Chunk, false)
-		if err != nil {
-			return err
+		p, ok := parts[g.Chunk]
+		if !ok {
+			var err error
+			if p, err = s.chunkPartition(ctx, req, g.Chunk, false); err != nil {
+				return err
+			}
+			parts[g.Chunk] = p
 		}
 		if p == nil || g.Len == 0 {
 			continue
@@ -204,24 +211,93 @@ func (s *Service) persist(ctx context.Context, req *wire.Request) error {
 		if m := p.chunks[chunkKey{req.Ino, g.Chunk}]; m != nil {
 			off, n := uint64(g.Off), uint64(g.Len)
 			for _, r := range m.overlapping(uint32(off/s.bs), uint32((off+n+s.bs-1)/s.bs)) {
-				lo := max(off, uint64(r.First)*s.bs)
-				hi := min(off+n, uint64(r.First+r.Count)*s.bs)
-				spans = append(spans, span{s.blockOff(r.Block) + lo - uint64(r.First)*s.bs, hi - lo})
+				lo := max(off, uint64(r.first)*s.bs)
+				hi := min(off+n, uint64(r.end())*s.bs)
+				spans = append(spans, span{s.blockOff(r.block) + lo - uint64(r.first)*s.bs, hi - lo})
 			}
 		}
 		p.mu.Unlock()
 	}
-	if s.skipPersist {
-		return nil
-	}
-	// Flushing a block freed meanwhile is harmless; flushing outside the
-	// partition's lock keeps writers of the partition going.
-	for _, sp := range spans {
-		if err := s.region.Persist(sp.off, sp.n); err != nil {
-			return fmt.Errorf("dataplane: persist: %w", err)
+	if !s.mut.SkipPersist {
+		// Flushing a block freed meanwhile is harmless; flushing outside
+		// the partition's lock keeps its allocations going.
+		for _, sp := range spans {
+			if err := s.region.Persist(sp.off, sp.n); err != nil {
+				return fmt.Errorf("dataplane: persist: %w", err)
+			}
 		}
 	}
-	return nil
+	return s.convertCovered(req.Ino, req.Ranges, parts)
+}
+
+// convertCovered appends, per partition, the conversions of the unwritten
+// blocks that ranges of their stamp cover whole.
+func (s *Service) convertCovered(ino uint64, ranges []wire.Range, parts map[uint64]*partition) error {
+	type key struct {
+		chunk, stamp uint64
+	}
+	byKey := make(map[key][]wire.Range)
+	for _, g := range ranges {
+		if g.Stamp != 0 && g.Len > 0 && parts[g.Chunk] != nil {
+			k := key{g.Chunk, g.Stamp}
+			byKey[k] = append(byKey[k], g)
+		}
+	}
+	byPart := make(map[*partition][]key)
+	for k := range byKey {
+		byPart[parts[k.chunk]] = append(byPart[parts[k.chunk]], k)
+	}
+	var errs []error
+	for p, keys := range byPart {
+		slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.chunk, b.chunk), cmp.Compare(a.stamp, b.stamp)) })
+		p.mu.Lock()
+		if p.broken != nil {
+			errs = append(errs, p.broken)
+			p.mu.Unlock()
+			continue
+		}
+		var recs []wire.Record
+		for _, k := range keys {
+			m := p.chunks[chunkKey{ino, k.chunk}]
+			if m == nil {
+				continue
+			}
+			for _, c := range coveredBlocks(byKey[k], s.bs) {
+				for _, r := range m.stampedBlocks(c.first, c.end(), k.stamp) {
+					recs = append(recs, wire.Record{Kind: wire.RecordConvert, Ino: ino, Chunk: k.chunk, First: r.first, Count: r.count})
+				}
+			}
+		}
+		if len(recs) > 0 {
+			errs = append(errs, s.append(p, recs...))
+		}
+		p.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// coveredBlocks returns the block ranges that the union of ranges (of one
+// chunk) covers whole.
+func coveredBlocks(ranges []wire.Range, bs uint64) []run {
+	slices.SortFunc(ranges, func(a, b wire.Range) int { return cmp.Compare(a.Off, b.Off) })
+	var out []run
+	add := func(lo, hi uint64) {
+		first, end := (lo+bs-1)/bs, hi/bs
+		if first < end {
+			out = append(out, run{first: uint32(first), count: uint32(end - first)})
+		}
+	}
+	lo, hi := uint64(ranges[0].Off), uint64(ranges[0].Off)+uint64(ranges[0].Len)
+	for _, g := range ranges[1:] {
+		if uint64(g.Off) > hi {
+			add(lo, hi)
+			lo, hi = uint64(g.Off), uint64(g.Off)+uint64(g.Len)
+			continue
+		}
+		hi = max(hi, uint64(g.Off)+uint64(g.Len))
+	}
+	add(lo, hi)
+	return out
 }
 
 // Trim frees every block of ino's chunks on this node that lies wholly at
@@ -236,6 +312,9 @@ func (s *Service) Trim(ino, size uint64) error {
 	var errs []error
 	for _, p := range s.partitions() {
 		if p.broken != nil {
+			// The partition may hold chunks of ino: say so rather than
+			// report a trim that did not happen.
+			errs = append(errs, fmt.Errorf("dataplane: inode %d not trimmed in damaged partition %d (%w); check the region (octoctl fsck) and restore or repair the partition", ino, p.id, p.broken))
 			continue
 		}
 		p.mu.Lock()

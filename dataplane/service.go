@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/octofs/octofs/cluster"
@@ -84,9 +85,24 @@ type Service struct {
 	// creating serialises the creation of partitions (Pin, then the log).
 	creating sync.Mutex
 
-	// Test mutations: skipPersist makes persist do nothing, skipZero
-	// leaves fresh blocks as they were.
-	skipPersist, skipZero bool
+	// stamps numbers allocations of unwritten blocks (see run).
+	stamps atomic.Uint64
+
+	// mut removes safety steps, for the mutation tests.
+	mut Mutations
+}
+
+// Mutations remove durability or safety steps from a Service, for the
+// tests that prove the other tests would notice (SetMutations).
+type Mutations struct {
+	// SkipPersist makes persist flush nothing.
+	SkipPersist bool
+	// SkipZero leaves the blocks that a write covers only in part as
+	// they were instead of zeroing them.
+	SkipZero bool
+	// MapWritten maps fresh blocks as written instead of unwritten,
+	// without zeroing them.
+	MapWritten bool
 }
 
 // partition is one chunk partition's state. mu is held across "append,
@@ -196,11 +212,11 @@ func (p *partition) poolOf(block uint64) *pool {
 
 // apply applies one record to the partition's DRAM state. At replay it
 // checks what a live append guarantees: mapped blocks are free blocks of
-// the partition's pools, and runs land in holes.
+// the partition's pools, runs land in holes, converted blocks are mapped.
 func (s *Service) apply(p *partition, rec wire.Record, replay bool) error {
 	key := chunkKey{rec.Ino, rec.Chunk}
 	switch rec.Kind {
-	case wire.RecordMap:
+	case wire.RecordMap, wire.RecordMapUnwritten:
 		for _, r := range rec.Runs {
 			for b := r.Block; b < r.Block+uint64(r.Count); {
 				pl := p.poolOf(b)
@@ -228,11 +244,23 @@ func (s *Service) apply(p *partition, rec wire.Record, replay bool) error {
 			}
 			p.byIno[rec.Ino][rec.Chunk] = struct{}{}
 		}
-		if !m.insert(rec.Runs) {
+		var stamp uint64
+		if rec.Kind == wire.RecordMapUnwritten {
+			// Each allocation draws a stamp of its own: a persist names
+			// it, so that it converts only blocks of the allocation the
+			// client wrote through.
+			stamp = s.stamps.Add(1)
+		}
+		if !m.insert(runsOf(rec.Runs, stamp)) {
 			return fmt.Errorf("%w: partition %d: inode %d chunk %d mapped over mapped blocks", ErrCorrupt, p.id, rec.Ino, rec.Chunk)
 		}
 		for _, r := range rec.Runs {
 			p.used += uint64(r.Count)
+		}
+	case wire.RecordConvert:
+		m := p.chunks[key]
+		if m == nil || !m.convert(rec.First, rec.First+rec.Count) {
+			return fmt.Errorf("%w: partition %d: inode %d chunk %d converts blocks %d+%d that are not all mapped", ErrCorrupt, p.id, rec.Ino, rec.Chunk, rec.First, rec.Count)
 		}
 	case wire.RecordUnmap:
 		m := p.chunks[key]
@@ -242,16 +270,17 @@ func (s *Service) apply(p *partition, rec wire.Record, replay bool) error {
 		freed := m.remove(rec.First, rec.First+rec.Count)
 		now := s.cfg.Now()
 		for _, r := range freed {
-			p.used -= uint64(r.Count)
+			p.used -= uint64(r.count)
+			ext := pmem.Extent{Start: r.block, Count: uint64(r.count)}
 			if replay {
 				// A restarted node has no client holding a lease
 				// on its blocks: every data session, and so every
 				// rkey, died with the previous process.
-				s.release(p, pmem.Extent{Start: r.Block, Count: uint64(r.Count)})
+				s.release(p, ext)
 				continue
 			}
-			p.quar = append(p.quar, quarantine{ext: pmem.Extent{Start: r.Block, Count: uint64(r.Count)}, until: now.Add(s.cfg.Quarantine)})
-			s.forEachPoolPiece(p, pmem.Extent{Start: r.Block, Count: uint64(r.Count)}, func(pl *pool, b, n uint64) { pl.quarantined += n })
+			p.quar = append(p.quar, quarantine{ext: ext, until: now.Add(s.cfg.Quarantine)})
+			s.forEachPoolPiece(p, ext, func(pl *pool, b, n uint64) { pl.quarantined += n })
 		}
 		if len(m.runs) == 0 {
 			delete(p.chunks, key)
@@ -396,7 +425,7 @@ func (s *Service) maybeCheckpoint(p *partition) {
 	st := p.log.Stats()
 	live := uint64(0)
 	for _, m := range p.chunks {
-		live += 32 + 16*uint64(len(m.runs))
+		live += 64 + 16*uint64(len(m.runs))
 	}
 	if st.Bytes < checkpointMin || st.Bytes < 4*live {
 		return
@@ -406,7 +435,8 @@ func (s *Service) maybeCheckpoint(p *partition) {
 	}
 }
 
-// checkpoint rewrites p's log from its DRAM state; p.mu is held.
+// checkpoint rewrites p's log from its DRAM state, one map record for the
+// written runs and one for the unwritten runs of each chunk; p.mu is held.
 func (s *Service) checkpoint(p *partition) error {
 	keys := make([]chunkKey, 0, len(p.chunks))
 	for k := range p.chunks {
@@ -417,9 +447,24 @@ func (s *Service) checkpoint(p *partition) error {
 	})
 	return p.log.Rewrite(func(emit func([]byte) error) error {
 		for _, k := range keys {
-			rec := wire.Record{Kind: wire.RecordMap, Ino: k.ino, Chunk: k.chunk, Runs: p.chunks[k].runs}
-			if err := emit(rec.Encode()); err != nil {
-				return err
+			var written, unwritten []run
+			for _, r := range p.chunks[k].runs {
+				if r.unwritten() {
+					unwritten = append(unwritten, r)
+				} else {
+					written = append(written, r)
+				}
+			}
+			for _, rec := range []wire.Record{
+				{Kind: wire.RecordMap, Ino: k.ino, Chunk: k.chunk, Runs: wireRuns(written)},
+				{Kind: wire.RecordMapUnwritten, Ino: k.ino, Chunk: k.chunk, Runs: wireRuns(unwritten)},
+			} {
+				if len(rec.Runs) == 0 {
+					continue
+				}
+				if err := emit(rec.Encode()); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -565,7 +610,7 @@ func (s *Service) sweepEmpty(held *partition) int {
 
 // zero writes zeros over region bytes [off, off+n) and persists them.
 func (s *Service) zero(off, n uint64) error {
-	if n == 0 || s.skipZero {
+	if n == 0 || s.mut.SkipZero {
 		return nil
 	}
 	clear(s.region.Bytes()[off : off+n])
@@ -577,37 +622,93 @@ func (s *Service) blockOff(b uint64) uint64 {
 	return s.region.ExtentOffset(pmem.Extent{Start: b, Count: 1})
 }
 
-// ensure maps every hole among blocks [first, end) of a chunk with fresh,
-// zeroed blocks in one log append; p.mu is held.
-func (s *Service) ensure(p *partition, ino, chunk uint64, first, end uint32) error {
+// ensure gives every hole among the blocks of chunk bytes [lo,
+// hi+ahead) a fresh block, in one log append, and, for a write (write
+// set) of [lo, hi), makes it possible: a block the write covers only in
+// part must read as zeros outside the write, so a fresh one is zeroed
+// and persisted before it is mapped, and an unwritten one is zeroed,
+// persisted and converted, unless its stamp is in mine (the caller wrote
+// it whole: mine[0] for the head block, mine[1] for the tail). Every
+// other fresh block is mapped unwritten, with no zeroing: it reads as
+// zeros until a persist that covers it converts it. No byte a block held
+// for its previous owner ever becomes readable, before a crash or after.
+// p.mu is held.
+func (s *Service) ensure(p *partition, ino, chunk, lo, hi, ahead uint64, write bool, mine [2]uint64) error {
 	key := chunkKey{ino, chunk}
 	m := p.chunks[key]
 	if m == nil {
 		m = &chunkMap{}
 	}
+	first := uint32(lo / s.bs)
+	wend := uint32((hi + s.bs - 1) / s.bs)
+	end := uint32((min(hi+ahead, wire.ChunkSize) + s.bs - 1) / s.bs)
+	// partial reports whether the write covers block b only in part.
+	partial := func(b uint32) bool {
+		bl, bh := uint64(b)*s.bs, uint64(b+1)*s.bs
+		return bl < hi && bh > lo && (bl < lo || bh > hi)
+	}
+	var edges []uint32 // blocks the write covers in part
+	if write && first < wend && partial(first) {
+		edges = append(edges, first)
+	}
+	if write && wend-1 > first && partial(wend-1) {
+		edges = append(edges, wend-1)
+	}
 	holes := m.holes(first, end)
-	if len(holes) == 0 {
+	var convert []uint32 // unwritten edge blocks to zero and convert
+	for i, b := range edges {
+		r := m.overlapping(b, b+1)
+		if len(r) != 1 || !r[0].unwritten() {
+			continue
+		}
+		// The caller wrote this one whole (mine[0] names the head's
+		// stamp, mine[1] the tail's): zeroing it would lose that.
+		if st := r[0].stamp; (b == first && st == mine[0]) || (i == len(edges)-1 && b == wend-1 && st == mine[1]) {
+			continue
+		}
+		convert = append(convert, b)
+	}
+	if len(holes) == 0 && len(convert) == 0 {
 		return nil
 	}
 	var need uint64
 	for _, h := range holes {
-		need += uint64(h.Count)
+		need += uint64(h.count)
 	}
 	exts, err := s.allocBlocks(p, need)
 	if err != nil {
 		return err
 	}
-	// Pair holes with the fresh extents, zeroing each piece before the
-	// record that maps it can exist: no stale byte of a block's previous
-	// owner ever becomes readable, before a crash or after.
-	var runs []wire.Run
+	releaseAll := func() {
+		for _, e := range exts {
+			s.release(p, e)
+		}
+	}
+	// Pair the holes with the fresh extents, one block at a time at the
+	// edges, so that each fresh run is either zeroed and written or
+	// unwritten.
+	var written, unwritten []run
 	ei, used := 0, uint64(0)
 	for _, h := range holes {
-		first, left := h.First, uint64(h.Count)
+		first, left := h.first, uint64(h.count)
 		for left > 0 {
 			e := exts[ei]
 			n := min(left, e.Count-used)
-			runs = append(runs, wire.Run{First: first, Count: uint32(n), Block: e.Start + used})
+			if slices.Contains(edges, first) {
+				n = 1
+			} else {
+				for _, b := range edges {
+					if b > first && uint64(b-first) < n {
+						n = uint64(b - first)
+					}
+				}
+			}
+			r := run{first: first, count: uint32(n), block: e.Start + used}
+			if slices.Contains(edges, first) || s.mut.MapWritten {
+				written = append(written, r)
+			} else {
+				unwritten = append(unwritten, r)
+			}
 			first += uint32(n)
 			left -= n
 			used += n
@@ -616,19 +717,35 @@ func (s *Service) ensure(p *partition, ino, chunk uint64, first, end uint32) err
 			}
 		}
 	}
-	for _, r := range runs {
-		if err := s.zero(s.blockOff(r.Block), uint64(r.Count)*s.bs); err != nil {
-			for _, e := range exts {
-				s.release(p, e)
-			}
+	for _, r := range written {
+		if s.mut.MapWritten && !slices.Contains(edges, r.first) {
+			continue
+		}
+		if err := s.zero(s.blockOff(r.block), uint64(r.count)*s.bs); err != nil {
+			releaseAll()
 			return fmt.Errorf("dataplane: zero fresh blocks: %w", err)
 		}
 	}
-	if err := s.append(p, wire.Record{Kind: wire.RecordMap, Ino: ino, Chunk: chunk, Runs: runs}); err != nil {
+	for _, b := range convert {
+		r := m.overlapping(b, b+1)[0]
+		if err := s.zero(s.blockOff(r.block), s.bs); err != nil {
+			releaseAll()
+			return fmt.Errorf("dataplane: zero unwritten block: %w", err)
+		}
+	}
+	var recs []wire.Record
+	if len(written) > 0 {
+		recs = append(recs, wire.Record{Kind: wire.RecordMap, Ino: ino, Chunk: chunk, Runs: wireRuns(written)})
+	}
+	if len(unwritten) > 0 {
+		recs = append(recs, wire.Record{Kind: wire.RecordMapUnwritten, Ino: ino, Chunk: chunk, Runs: wireRuns(unwritten)})
+	}
+	for _, b := range convert {
+		recs = append(recs, wire.Record{Kind: wire.RecordConvert, Ino: ino, Chunk: chunk, First: b, Count: 1})
+	}
+	if err := s.append(p, recs...); err != nil {
 		if p.broken == nil {
-			for _, e := range exts {
-				s.release(p, e)
-			}
+			releaseAll()
 		}
 		return err
 	}
@@ -646,7 +763,7 @@ func (s *Service) extents(p *partition, ino, chunk, sid uint64) ([]wire.Extent, 
 	out := make([]wire.Extent, 0, len(m.runs))
 	for _, r := range m.runs {
 		var err error
-		s.forEachPoolPiece(p, pmem.Extent{Start: r.Block, Count: uint64(r.Count)}, func(pl *pool, b, n uint64) {
+		s.forEachPoolPiece(p, pmem.Extent{Start: r.block, Count: uint64(r.count)}, func(pl *pool, b, n uint64) {
 			if err != nil {
 				return
 			}
@@ -656,12 +773,13 @@ func (s *Service) extents(p *partition, ino, chunk, sid uint64) ([]wire.Extent, 
 			if err != nil {
 				return
 			}
-			first := r.First + uint32(b-r.Block)
+			first := r.first + uint32(b-r.block)
 			out = append(out, wire.Extent{
-				Off:  first * uint32(s.bs),
-				Len:  uint32(n * s.bs),
-				Addr: key.Addr + (s.blockOff(b) - span.Off),
-				RKey: key.RKey,
+				Off:   first * uint32(s.bs),
+				Len:   uint32(n * s.bs),
+				Addr:  key.Addr + (s.blockOff(b) - span.Off),
+				RKey:  key.RKey,
+				Stamp: r.stamp,
 			})
 		})
 		if err != nil {
@@ -684,7 +802,9 @@ func (s *Service) trimChunk(p *partition, key chunkKey, from uint64) (*wire.Reco
 		// Zero the tail of the partial block, so bytes past the new size
 		// read as zeros if the file grows again.
 		if runs := m.overlapping(uint32(from/s.bs), uint32(from/s.bs)+1); len(runs) == 1 {
-			off := s.blockOff(runs[0].Block) + from%s.bs
+			// Unwritten blocks too: a persist of writes made before
+			// the trim may convert the block later.
+			off := s.blockOff(runs[0].block) + from%s.bs
 			if err := s.zero(off, s.bs-from%s.bs); err != nil {
 				return nil, err
 			}

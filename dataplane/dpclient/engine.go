@@ -86,9 +86,22 @@ type Engine struct {
 	conns   map[cluster.NodeID]*dataConn
 	dialing map[cluster.NodeID]*sync.Mutex
 	cache   map[uint64]map[uint64]*cached // ino -> chunk -> extents
-	dirty   map[uint64]map[ownerKey]map[uint64]span
+	// gen counts, per inode, the changes to its cached extents that a
+	// reply in flight must not undo (Forget, Persist): fetch caches a
+	// reply only if gen did not move while it was out.
+	gen map[uint64]uint64
+	// dirty are the writes not yet persisted; persisting, those a
+	// Persist is sending. Reads show them from unwritten extents.
+	dirty      map[uint64]writes
+	persisting map[uint64][]*persisting
+	// streams is, per inode, the sequential write stream in progress,
+	// for allocating ahead.
+	streams map[uint64]stream
 	closed  bool
 }
+
+// stream is a run of writes each starting where the last one ended.
+type stream struct{ start, end uint64 }
 
 // cached is a chunk's extents as a node told one data session, usable
 // until expires.
@@ -103,9 +116,6 @@ type ownerKey struct {
 	node        cluster.NodeID
 	incarnation uint64
 }
-
-// span is a byte range [lo, hi) inside a chunk.
-type span struct{ lo, hi uint32 }
 
 // New returns an engine. It connects to nodes on first use.
 func New(cfg Config) (*Engine, error) {
@@ -137,7 +147,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: log, pd: pd,
 		conns: make(map[cluster.NodeID]*dataConn), dialing: make(map[cluster.NodeID]*sync.Mutex),
-		cache: make(map[uint64]map[uint64]*cached), dirty: make(map[uint64]map[ownerKey]map[uint64]span)}
+		cache: make(map[uint64]map[uint64]*cached), gen: make(map[uint64]uint64),
+		dirty: make(map[uint64]writes), persisting: make(map[uint64][]*persisting), streams: make(map[uint64]stream)}
 	e.bounces = bouncePool{e: e, keep: cfg.BounceKeep, free: make(map[int][]*bounce)}
 	return e, nil
 }
@@ -286,25 +297,61 @@ func (e *Engine) owner(ino, chunk uint64) (*cluster.Map, cluster.NodeInfo, error
 }
 
 // extents returns ino's chunk's extents for data connection dc, from the
-// cache while the lease lasts, else by a map RPC; with alloc, every block
-// of [lo, hi) is allocated first if the cached extents lack one.
-func (e *Engine) extents(ctx context.Context, m *cluster.Map, node cluster.NodeInfo, dc *dataConn, ino, chunk uint64, alloc bool, lo, hi uint32) ([]wire.Extent, error) {
+// cache while the lease lasts, else by a map RPC; with alloc, by an
+// allocate RPC for [lo, hi) and ahead bytes after it, unless the cached
+// extents already let the write go (writable). Without alloc it also
+// returns this client's unpersisted writes into the chunk at that owner
+// process, taken before any RPC, so that a Persist ending meanwhile never
+// hides them from a read.
+func (e *Engine) extents(ctx context.Context, m *cluster.Map, node cluster.NodeInfo, dc *dataConn, ino, chunk uint64, alloc bool, lo, hi, ahead uint32) ([]wire.Extent, ownWrites, error) {
 	e.mu.Lock()
 	c := e.cache[ino][chunk]
+	gen := e.gen[ino]
+	own := e.ownLocked(ino, ownerKey{node.ID, dc.grant.Incarnation}, chunk)
 	e.mu.Unlock()
-	if c != nil && c.dc == dc && dc.alive() && e.cfg.Now().Before(c.expires) && (!alloc || covered(c.exts, lo, hi)) {
-		return c.exts, nil
+	if c != nil && c.dc == dc && dc.alive() && e.cfg.Now().Before(c.expires) && (!alloc || writable(c.exts, own, lo, hi, dc.grant.BlockSize)) {
+		return c.exts, own, nil
 	}
 	req := wire.Request{Op: wire.OpMap, Header: e.header(m), Session: dc.grant.Session, Ino: ino, Chunk: chunk}
 	if alloc {
-		req.Op, req.Off, req.Len = wire.OpAllocate, lo, hi-lo
+		bs := dc.grant.BlockSize
+		req.Op, req.Off, req.Len, req.Ahead = wire.OpAllocate, lo, hi-lo, ahead
+		if lo%bs != 0 {
+			req.MineHead = own.stampCovering(lo/bs*bs, bs)
+		}
+		if hi%bs != 0 {
+			req.MineTail = own.stampCovering(hi/bs*bs, bs)
+		}
 	}
-	return e.fetch(ctx, node, dc, &req)
+	exts, err := e.fetch(ctx, node, dc, &req, gen)
+	return exts, own, err
+}
+
+// ownLocked collects this client's unpersisted writes to one chunk at one
+// owner process; e.mu is held.
+func (e *Engine) ownLocked(ino uint64, key ownerKey, chunk uint64) ownWrites {
+	var own ownWrites
+	collect := func(w writes) {
+		for wk, s := range w[key] {
+			if wk.chunk != chunk || wk.stamp == 0 {
+				continue
+			}
+			if own == nil {
+				own = make(ownWrites)
+			}
+			own[wk.stamp] = own[wk.stamp].union(s)
+		}
+	}
+	collect(e.dirty[ino])
+	for _, p := range e.persisting[ino] {
+		collect(p.w)
+	}
+	return own
 }
 
 // fetch sends a request whose reply is a chunk's extents for dc's session
-// and caches them.
-func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn, req *wire.Request) ([]wire.Extent, error) {
+// and caches them unless the inode's gen moved since the caller read it.
+func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn, req *wire.Request, gen uint64) ([]wire.Extent, error) {
 	// The lease runs from before the request left: the owner counts its
 	// quarantine from a moment after that.
 	sent := e.cfg.Now()
@@ -323,16 +370,24 @@ func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn,
 	}
 	c := &cached{dc: dc, expires: sent.Add(rep.Lease), exts: rep.Extents}
 	e.mu.Lock()
-	if e.cache[req.Ino] == nil {
-		e.cache[req.Ino] = make(map[uint64]*cached)
+	if e.gen[req.Ino] == gen {
+		if e.cache[req.Ino] == nil {
+			e.cache[req.Ino] = make(map[uint64]*cached)
+		}
+		e.cache[req.Ino][req.Chunk] = c
 	}
-	e.cache[req.Ino][req.Chunk] = c
 	e.mu.Unlock()
 	return c.exts, nil
 }
 
-// covered reports whether exts map every byte of [lo, hi).
-func covered(exts []wire.Extent, lo, hi uint32) bool {
+// writable reports whether a write of [lo, hi) can go through exts as
+// they are: every byte mapped, and each block the write covers only in
+// part either written or unwritten but already written whole by this
+// client (own). Any other unwritten block must be written whole, or made
+// written, with zeros, by the owner first (allocate), so that it never
+// converts with bytes nobody wrote.
+func writable(exts []wire.Extent, own ownWrites, lo, hi, bs uint32) bool {
+	mine := func(x wire.Extent, b uint32) bool { return own.stampCovering(b, bs) == x.Stamp }
 	at := lo
 	for _, x := range exts {
 		if x.End() <= at {
@@ -340,6 +395,14 @@ func covered(exts []wire.Extent, lo, hi uint32) bool {
 		}
 		if x.Off > at {
 			return false
+		}
+		if x.Unwritten() {
+			if b := at / bs * bs; b != at && !mine(x, b) {
+				return false // the write starts inside an unwritten block
+			}
+			if b := hi / bs * bs; hi <= x.End() && b != hi && !mine(x, b) {
+				return false // it ends inside one
+			}
 		}
 		at = x.End()
 		if at >= hi {
@@ -358,38 +421,56 @@ func (e *Engine) dropChunk(ino, chunk uint64) {
 
 // Forget drops the extents cached for ino, so that the next I/O asks the
 // owners again (the client library calls it at open: close-to-open).
+// Unpersisted writes stay for Persist.
 func (e *Engine) Forget(ino uint64) {
 	e.mu.Lock()
 	delete(e.cache, ino)
+	delete(e.streams, ino)
+	e.gen[ino]++
 	e.mu.Unlock()
 }
 
-// noteDirty records that [lo, hi) of ino's chunk was written to the node
-// process key, for Persist.
-func (e *Engine) noteDirty(ino uint64, key ownerKey, chunk uint64, lo, hi uint32) {
+// noteWrite records that [lo, hi) of ino's chunk was written through
+// extents of stamp at the node process key, for Persist and for this
+// client's reads.
+func (e *Engine) noteWrite(ino uint64, key ownerKey, chunk, stamp uint64, lo, hi uint32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	byOwner := e.dirty[ino]
-	if byOwner == nil {
-		byOwner = make(map[ownerKey]map[uint64]span)
-		e.dirty[ino] = byOwner
+	w := e.dirty[ino]
+	if w == nil {
+		w = make(writes)
+		e.dirty[ino] = w
 	}
-	chunks := byOwner[key]
-	if chunks == nil {
-		chunks = make(map[uint64]span)
-		byOwner[key] = chunks
+	w.add(key, writeKey{chunk, stamp}, lo, hi)
+}
+
+// ahead returns how many bytes to allocate past a write of [off,
+// off+n) of ino, and records the write's stream: a write that starts
+// where the last one ended (or at 0) continues a stream, and is given as
+// many bytes ahead as the stream has written so far, so a sequential
+// writer asks for blocks about once per chunk while a file written once
+// gets at most twice its size. Other writes get none.
+func (e *Engine) ahead(ino, off, n uint64) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	st, ok := e.streams[ino]
+	if !(ok && st.end == off) && off != 0 {
+		e.streams[ino] = stream{start: off, end: off + n}
+		return 0
 	}
-	if s, ok := chunks[chunk]; ok {
-		lo, hi = min(lo, s.lo), max(hi, s.hi)
+	if !ok || st.end != off {
+		st.start = off
 	}
-	chunks[chunk] = span{lo, hi}
+	st.end = off + n
+	e.streams[ino] = st
+	return st.end - st.start
 }
 
 // Dirty reports whether ino has writes not yet persisted.
 func (e *Engine) Dirty(ino uint64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.dirty[ino]) > 0
+	return len(e.dirty[ino]) > 0 || len(e.persisting[ino]) > 0
 }
 
 // ClientID is the engine's client id (what nodes evict by).

@@ -1,6 +1,7 @@
 package dpclient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,15 +18,18 @@ type piece struct {
 	chunk uint64
 	off   uint32 // in the chunk
 	p     []byte
+	// ahead is, for a write, how many bytes after it to allocate if it
+	// must allocate.
+	ahead uint32
 }
 
 // split cuts [off, off+len(p)) at chunk boundaries.
-func split(p []byte, off uint64, out []piece) []piece {
+func split(p []byte, off, ahead uint64, out []piece) []piece {
 	for len(p) > 0 {
 		chunk := off / wire.ChunkSize
 		in := uint32(off % wire.ChunkSize)
 		n := min(uint64(len(p)), wire.ChunkSize-uint64(in))
-		out = append(out, piece{chunk: chunk, off: in, p: p[:n]})
+		out = append(out, piece{chunk: chunk, off: in, p: p[:n], ahead: uint32(min(ahead, wire.ChunkSize-uint64(in)-n))})
 		p = p[n:]
 		off += n
 	}
@@ -48,9 +52,10 @@ func (e *Engine) ReadAt(ctx context.Context, ino uint64, p []byte, off uint64) e
 	return e.vector(ctx, ino, []IOVec{{Off: off, Buf: p}}, false)
 }
 
-// WriteAt writes p at off of ino, allocating (zeroed) blocks where the
-// range has none. When it returns the bytes are in the owners' memory,
-// visible to readers, but not durable: Persist makes them so.
+// WriteAt writes p at off of ino, allocating blocks where the range has
+// none (unwritten: other clients read zeros there until Persist converts
+// them; this client reads its writes at once). When it returns the bytes
+// are in the owners' memory but not durable: Persist makes them so.
 func (e *Engine) WriteAt(ctx context.Context, ino uint64, p []byte, off uint64) error {
 	e.stats.writes.Add(1)
 	return e.vector(ctx, ino, []IOVec{{Off: off, Buf: p}}, true)
@@ -110,7 +115,11 @@ func (e *Engine) async(f func() error) *Pending {
 func (e *Engine) vector(ctx context.Context, ino uint64, iov []IOVec, write bool) error {
 	var pieces []piece
 	for _, v := range iov {
-		pieces = split(v.Buf, v.Off, pieces)
+		var ahead uint64
+		if write && len(v.Buf) > 0 {
+			ahead = e.ahead(ino, v.Off, uint64(len(v.Buf)))
+		}
+		pieces = split(v.Buf, v.Off, ahead, pieces)
 	}
 	if len(pieces) == 1 {
 		return e.pieceIO(ctx, ino, pieces[0], write)
@@ -147,9 +156,15 @@ func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool)
 		return err
 	}
 	lo, hi := pc.off, pc.off+uint32(len(pc.p))
-	exts, err := e.extents(ctx, m, node, dc, ino, pc.chunk, write, lo, hi)
+	exts, own, err := e.extents(ctx, m, node, dc, ino, pc.chunk, write, lo, hi, pc.ahead)
 	if err != nil {
 		return err
+	}
+	if write && !writable(exts, own, lo, hi, dc.grant.BlockSize) {
+		// Allocation made the range writable; this means a concurrent
+		// trim or punch: ask again.
+		e.dropChunk(ino, pc.chunk)
+		return fmt.Errorf("%w: chunk %d lost blocks while written", errRetry, pc.chunk)
 	}
 
 	// Local memory: the caller's own registered buffer, or a bounce
@@ -176,6 +191,13 @@ func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool)
 	}
 	wrs := make([]rdma.SendWR, 0, 4)
 	sges := make([]rdma.SGE, 0, 4)
+	stamps := make([]uint64, 0, 4)
+	// transfer moves chunk bytes [from, to) of extent x.
+	transfer := func(x wire.Extent, from, to uint32) {
+		sges = append(sges, rdma.SGE{Addr: laddr + uint64(from-lo), Length: to - from, LKey: lkey})
+		wrs = append(wrs, rdma.SendWR{Opcode: opcode, RemoteAddr: x.Addr + uint64(from-x.Off), RKey: x.RKey})
+		stamps = append(stamps, x.Stamp)
+	}
 	at := lo
 	for _, x := range exts {
 		if x.End() <= at {
@@ -185,13 +207,8 @@ func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool)
 			break
 		}
 		if x.Off > at {
+			// A hole (writable ruled it out for writes).
 			gap := min(x.Off, hi)
-			if write {
-				// Allocation covered the range; a hole now means a
-				// concurrent trim: ask again.
-				e.dropChunk(ino, pc.chunk)
-				return fmt.Errorf("%w: chunk %d lost blocks while written", errRetry, pc.chunk)
-			}
 			e.zeroLocal(pc, bb, lo, at, gap)
 			at = gap
 			if at >= hi {
@@ -199,15 +216,25 @@ func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool)
 			}
 		}
 		end := min(x.End(), hi)
-		sges = append(sges, rdma.SGE{Addr: laddr + uint64(at-lo), Length: end - at, LKey: lkey})
-		wrs = append(wrs, rdma.SendWR{Opcode: opcode, RemoteAddr: x.Addr + uint64(at-x.Off), RKey: x.RKey})
+		switch {
+		case write || !x.Unwritten():
+			transfer(x, at, end)
+		default:
+			// Unwritten: zeros, but for what this client wrote there.
+			for _, w := range own[x.Stamp] {
+				wlo, whi := max(w.lo, at), min(w.hi, end)
+				if wlo >= whi {
+					continue
+				}
+				e.zeroLocal(pc, bb, lo, at, wlo)
+				transfer(x, wlo, whi)
+				at = whi
+			}
+			e.zeroLocal(pc, bb, lo, at, end)
+		}
 		at = end
 	}
 	if at < hi {
-		if write {
-			e.dropChunk(ino, pc.chunk)
-			return fmt.Errorf("%w: chunk %d lost blocks while written", errRetry, pc.chunk)
-		}
 		e.zeroLocal(pc, bb, lo, at, hi)
 	}
 	for i := range wrs {
@@ -237,7 +264,11 @@ func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool)
 	}
 	if write {
 		e.stats.bytesWritten.Add(uint64(hi - lo))
-		e.noteDirty(ino, ownerKey{node.ID, dc.grant.Incarnation}, pc.chunk, lo, hi)
+		key := ownerKey{node.ID, dc.grant.Incarnation}
+		for i, wr := range wrs {
+			from := lo + uint32(wr.SGL[0].Addr-laddr)
+			e.noteWrite(ino, key, pc.chunk, stamps[i], from, from+wr.SGL[0].Length)
+		}
 	} else {
 		e.stats.bytesRead.Add(uint64(hi - lo))
 		if bb != nil {
@@ -260,51 +291,105 @@ func (e *Engine) zeroLocal(pc piece, bb *bounce, lo, from, to uint32) {
 
 // Persist makes every range this client wrote to ino durable in the
 // owners' persistence domains: one persist RPC per owner touched, in
-// parallel. ErrDataLost if an owner restarted since the write.
+// parallel. Each owner flushes the ranges and converts the unwritten
+// blocks they cover whole, so other clients read them from then on.
+// ErrDataLost if an owner restarted since the write.
 func (e *Engine) Persist(ctx context.Context, ino uint64) error {
 	e.stats.persists.Add(1)
 	e.mu.Lock()
-	byOwner := e.dirty[ino]
+	snap := e.dirty[ino]
 	delete(e.dirty, ino)
+	ps := &persisting{w: snap}
+	if len(snap) > 0 {
+		// Until it ends, reads still show these writes from
+		// unwritten extents.
+		e.persisting[ino] = append(e.persisting[ino], ps)
+	}
 	e.mu.Unlock()
-	if len(byOwner) == 0 {
+	if len(snap) == 0 {
 		return nil
 	}
-	var mu sync.Mutex
-	var errs []error
-	var wg sync.WaitGroup
-	for key, chunks := range byOwner {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := e.persistOwner(ctx, ino, key, chunks)
-			if err == nil {
-				return
-			}
-			mu.Lock()
-			errs = append(errs, err)
-			mu.Unlock()
-			if !errors.Is(err, ErrDataLost) {
-				// Keep the ranges for the next Persist.
-				for c, s := range chunks {
-					e.noteDirty(ino, key, c, s.lo, s.hi)
-				}
-			}
-		}()
+	type outcome struct {
+		key ownerKey
+		err error
 	}
-	wg.Wait()
+	out := make(chan outcome, len(snap))
+	for key, chunks := range snap {
+		go func() { out <- outcome{key, e.persistOwner(ctx, ino, key, chunks)} }()
+	}
+	var errs []error
+	failed := make(map[ownerKey]bool)
+	for range snap {
+		o := <-out
+		if o.err != nil {
+			errs = append(errs, o.err)
+			failed[o.key] = true
+			if errors.Is(o.err, ErrDataLost) {
+				failed[o.key] = false
+			}
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	// In one step: what the owners converted becomes written in the
+	// cache, the snapshot leaves, and fetches in flight (whose replies
+	// may predate the conversions) are not cached.
+	e.gen[ino]++
+	for key, chunks := range snap {
+		if retry, ok := failed[key]; ok {
+			if retry {
+				// Keep the ranges for the next Persist.
+				w := e.dirty[ino]
+				if w == nil {
+					w = make(writes)
+					e.dirty[ino] = w
+				}
+				w.merge(key, chunks)
+			}
+			continue
+		}
+		for wk, s := range chunks {
+			c := e.cache[ino][wk.chunk]
+			if wk.stamp == 0 || c == nil || c.dc.node != key.node || c.dc.grant.Incarnation != key.incarnation {
+				continue
+			}
+			blocks := s.wholeBlocks(c.dc.grant.BlockSize)
+			if len(blocks) > 0 {
+				e.cache[ino][wk.chunk] = &cached{dc: c.dc, expires: c.expires, exts: convertCached(c.exts, wk.stamp, blocks)}
+			}
+		}
+	}
+	if list := slices.DeleteFunc(e.persisting[ino], func(p *persisting) bool { return p == ps }); len(list) > 0 {
+		e.persisting[ino] = list
+	} else {
+		delete(e.persisting, ino)
+	}
 	return errors.Join(errs...)
 }
 
-func (e *Engine) persistOwner(ctx context.Context, ino uint64, key ownerKey, chunks map[uint64]span) error {
-	ranges := make([]wire.Range, 0, len(chunks))
-	for c, s := range chunks {
-		ranges = append(ranges, wire.Range{Chunk: c, Off: s.lo, Len: s.hi - s.lo})
+func (e *Engine) persistOwner(ctx context.Context, ino uint64, key ownerKey, chunks map[writeKey]spans) error {
+	var ranges []wire.Range
+	for wk, s := range chunks {
+		for _, x := range s {
+			ranges = append(ranges, wire.Range{Chunk: wk.chunk, Off: x.lo, Len: x.hi - x.lo, Stamp: wk.stamp})
+		}
 	}
-	slices.SortFunc(ranges, func(a, b wire.Range) int { return int(a.Chunk - b.Chunk) })
+	slices.SortFunc(ranges, func(a, b wire.Range) int {
+		return cmp.Or(cmp.Compare(a.Chunk, b.Chunk), cmp.Compare(a.Stamp, b.Stamp), cmp.Compare(a.Off, b.Off))
+	})
 	for len(ranges) > 0 {
-		batch := ranges[:min(len(ranges), wire.MaxRanges)]
-		ranges = ranges[len(batch):]
+		// A batch ends at a (chunk, stamp) boundary where it can, since
+		// the owner converts what the ranges of one stamp in one
+		// request cover whole.
+		n := min(len(ranges), wire.MaxRanges)
+		for n < len(ranges) && n > 1 && ranges[n-1].Chunk == ranges[n].Chunk && ranges[n-1].Stamp == ranges[n].Stamp {
+			n--
+		}
+		if n == 1 {
+			n = min(len(ranges), wire.MaxRanges)
+		}
+		batch := ranges[:n]
+		ranges = ranges[n:]
 		err := e.retry(ctx, func() error {
 			m := e.cfg.Map.Current()
 			node, ok := m.Node(key.node)
@@ -346,8 +431,11 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 			if err != nil {
 				return err
 			}
+			e.mu.Lock()
+			gen := e.gen[ino]
+			e.mu.Unlock()
 			_, err = e.fetch(ctx, node, dc, &wire.Request{Op: wire.OpFallocate, Header: e.header(m),
-				Session: dc.grant.Session, Ino: ino, Chunk: chunk, Off: uint32(in), Len: ln, Mode: mode})
+				Session: dc.grant.Session, Ino: ino, Chunk: chunk, Off: uint32(in), Len: ln, Mode: mode}, gen)
 			return err
 		})
 		if err != nil {

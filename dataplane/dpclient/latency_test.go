@@ -29,6 +29,7 @@ func TestWarmReadLatency(t *testing.T) {
 	ctx := testCtx(t)
 	const ino, size, n = 1<<48 | 71, wire.ChunkSize, 2000
 	require.NoError(t, e.WriteAt(ctx, ino, pattern(71, size), 0))
+	require.NoError(t, e.Persist(ctx, ino))
 
 	// Raw: a data connection of its own and the chunk's extents for it.
 	dev, err := soft.Open(rdma.DeviceConfig{})
@@ -53,7 +54,9 @@ func TestWarmReadLatency(t *testing.T) {
 	require.NoError(t, err)
 	rep, err := wire.DecodeReply(b)
 	require.NoError(t, err)
+	require.Equal(t, wire.StatusOK, rep.Status, rep.Message)
 	require.Len(t, rep.Extents, 1)
+	require.False(t, rep.Extents[0].Unwritten(), "persisted")
 	x := rep.Extents[0]
 
 	rng := rand.New(rand.NewPCG(7, 7))
