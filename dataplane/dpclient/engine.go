@@ -193,6 +193,25 @@ func (e *Engine) conn(ctx context.Context, node cluster.NodeInfo) (*dataConn, er
 	if old != nil && old.alive() {
 		return old, nil
 	}
+	dc, err := e.dial(ctx, node)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		dc.fail(ErrClosed)
+		return nil, ErrClosed
+	}
+	e.conns[node.ID] = dc
+	if old != nil {
+		e.stats.reconnects.Add(1)
+	}
+	return dc, nil
+}
+
+// dial opens a data connection to node.
+func (e *Engine) dial(ctx context.Context, node cluster.NodeInfo) (*dataConn, error) {
 	if node.RDMAAddr == "" {
 		return nil, fmt.Errorf("%w: node %s has no RDMA address in the map", ErrIO, node.ID)
 	}
@@ -207,18 +226,7 @@ func (e *Engine) conn(ctx context.Context, node cluster.NodeInfo) (*dataConn, er
 		cq.Close()
 		return nil, fmt.Errorf("%w: data connection to node %s (%s): %w", errRetry, node.ID, node.RDMAAddr, err)
 	}
-	dc := newDataConn(node.ID, conn, cq, grant, e.cfg.Depth)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		dc.fail(ErrClosed)
-		return nil, ErrClosed
-	}
-	e.conns[node.ID] = dc
-	if old != nil {
-		e.stats.reconnects.Add(1)
-	}
-	return dc, nil
+	return newDataConn(node.ID, conn, cq, grant, e.cfg.Depth), nil
 }
 
 // header is the request header for the map m.
