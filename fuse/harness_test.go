@@ -27,9 +27,10 @@ import (
 // call as another user (see helper_test.go).
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
-		os.Exit(helperMain(os.Args[1:]))
+		os.Exit(helperMain())
 	}
 	code := m.Run()
+	stopHelpers()
 	if sourceDir != "" {
 		os.RemoveAll(sourceDir)
 	}

@@ -1,23 +1,31 @@
 package fuse
 
 import (
+	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// The helper runs one system call as another user, the way pjdfstest's
+// The helper runs system calls as another user, the way pjdfstest's
 // fstest does: the test binary re-executes itself (through /proc/self/exe,
 // which needs no search permission on the build directory) with the
-// user's uid, gid and groups, in the directory given, and prints the
-// errno name, or "0" and the call's result. Tests compare that text.
+// user's uid, gid and groups, and then serves requests on its standard
+// input, one JSON array per line ([dir, op, args...]), answering each with
+// one JSON string: the errno name, or "0" or the call's result. One helper
+// per user lives for the whole test binary (a process start costs a third
+// of a second with the race detector).
 
 const helperEnv = "OCTOFS_FUSE_TEST_HELPER"
 
@@ -38,57 +46,152 @@ var (
 
 func (u user) String() string { return fmt.Sprintf("%d:%d%v", u.uid, u.gid, u.groups) }
 
-// as runs op with args as u in dir and returns what it printed.
-//
-// The helper changes to dir itself, after exec: a child that touches a
-// mount served by this process between fork and exec deadlocks it (Go's
-// fork holds a P until the exec, so a garbage collection cannot stop
-// the world, so the FUSE server cannot answer). Never set exec.Cmd.Dir to
-// a directory in an in-process mount.
-func as(t testing.TB, u user, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("/proc/self/exe", append([]string{dir}, args...)...)
-	cmd.Env = []string{helperEnv + "=1", "PATH=/usr/bin:/bin"}
-	// Groups nil sets no supplementary groups at all (setgroups(0)).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}}
-	out, err := cmd.Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("helper %v as %v: %v: %s", args, u, err, ee.Stderr)
-		}
-		t.Fatalf("helper %v as %v: %v", args, u, err)
-	}
-	return strings.TrimSpace(string(out))
+// helperProc is one running helper.
+type helperProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
 }
 
-// helperMain is the helper's main: in directory args[0] it runs args[1]
-// with args[2:] and prints the result. Exit status 2 means a malformed request.
-func helperMain(args []string) int {
-	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "helper: usage: DIR OP ARGS...")
-		return 2
+var helpers struct {
+	mu sync.Mutex
+	m  map[string]*helperProc
+}
+
+// stopHelpers ends every helper (TestMain calls it).
+func stopHelpers() {
+	helpers.mu.Lock()
+	defer helpers.mu.Unlock()
+	for k, h := range helpers.m {
+		h.in.Close()
+		h.cmd.Process.Kill()
+		h.cmd.Wait()
+		delete(helpers.m, k)
 	}
-	if err := os.Chdir(args[0]); err != nil {
-		fmt.Fprintln(os.Stderr, "helper:", err)
-		return 2
+}
+
+// helperFor returns the running helper of u, starting it if needed.
+//
+// The helper changes to each request's directory itself, after exec: a
+// child that touches a mount served by this process between fork and exec
+// deadlocks it (Go's fork holds a P until the exec, so a garbage
+// collection cannot stop the world, so the FUSE server cannot answer).
+// Never set exec.Cmd.Dir to a directory in an in-process mount.
+func helperFor(t testing.TB, u user) *helperProc {
+	t.Helper()
+	helpers.mu.Lock()
+	defer helpers.mu.Unlock()
+	if h := helpers.m[u.String()]; h != nil {
+		return h
 	}
-	args = args[1:]
+	cmd := exec.Command("/proc/self/exe")
+	// The race detector sleeps a second at exit unless told not to.
+	cmd.Env = []string{helperEnv + "=1", "PATH=/usr/bin:/bin", "GORACE=atexit_sleep_ms=0"}
+	// Groups nil sets no supplementary groups at all (setgroups(0)).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups},
+		Pdeathsig: syscall.SIGKILL}
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the helper as %v: %v", u, err)
+	}
+	h := &helperProc{cmd: cmd, in: in, out: bufio.NewReader(out)}
+	if helpers.m == nil {
+		helpers.m = make(map[string]*helperProc)
+	}
+	helpers.m[u.String()] = h
+	return h
+}
+
+// as runs op with args as u in dir and returns what the helper answered.
+// A call that takes more than a minute fails the test (and the helper is
+// killed, so that nothing waits on a hung mount forever).
+func as(t testing.TB, u user, dir string, args ...string) string {
+	t.Helper()
+	h := helperFor(t, u)
+	req, _ := json.Marshal(append([]string{dir}, args...))
+	type answer struct {
+		s   string
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		if _, err := h.in.Write(append(req, '\n')); err != nil {
+			done <- answer{err: err}
+			return
+		}
+		line, err := h.out.ReadBytes('\n')
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		var s string
+		err = json.Unmarshal(line, &s)
+		done <- answer{s, err}
+	}()
+	select {
+	case a := <-done:
+		if a.err != nil {
+			t.Fatalf("helper %v as %v: %v", args, u, a.err)
+		}
+		if strings.HasPrefix(a.s, "helper error: ") {
+			t.Fatalf("helper %v as %v: %s", args, u, a.s)
+		}
+		return a.s
+	case <-time.After(time.Minute):
+		h.cmd.Process.Kill()
+		helpers.mu.Lock()
+		delete(helpers.m, u.String())
+		helpers.mu.Unlock()
+		t.Fatalf("helper %v as %v: no answer within a minute", args, u)
+		return ""
+	}
+}
+
+// helperMain is the helper's main: it serves requests until its input
+// ends.
+func helperMain() int {
 	syscall.Umask(0o022)
-	out, err := helperOp(args[0], args[1:])
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 64<<10), 1<<20)
+	enc := json.NewEncoder(os.Stdout)
+	for in.Scan() {
+		var req []string
+		if err := json.Unmarshal(in.Bytes(), &req); err != nil || len(req) < 2 {
+			enc.Encode(fmt.Sprintf("helper error: bad request %q", in.Text()))
+			continue
+		}
+		enc.Encode(helperCall(req[0], req[1], req[2:]))
+	}
+	return 0
+}
+
+// helperCall runs one request and formats its answer.
+func helperCall(dir, op string, args []string) string {
+	if err := os.Chdir(dir); err != nil {
+		return "helper error: " + err.Error()
+	}
+	// Back out of the directory, so that the helper keeps no mount busy.
+	defer os.Chdir("/")
+	out, err := helperOp(op, args)
 	switch e := err.(type) {
 	case nil:
 		if out == "" {
 			out = "0"
 		}
-		fmt.Println(out)
+		return out
 	case syscall.Errno:
-		fmt.Println(errnoName(e))
+		return errnoName(e)
 	default:
-		fmt.Fprintln(os.Stderr, "helper:", err)
-		return 2
+		return "helper error: " + err.Error()
 	}
-	return 0
 }
 
 func errnoName(e syscall.Errno) string {

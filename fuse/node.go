@@ -51,6 +51,18 @@ func (n *node) cred(ctx context.Context) client.Cred { return n.fsys.creds.cred(
 
 func (n *node) fail(op string, err error) syscall.Errno { return errno(n.fsys.log, op, err) }
 
+// failIno is fail for an operation that names the inode by number: the
+// cluster answers ENOENT when the inode is gone (its last name went and it
+// was freed, which the kernel, holding the number, cannot know). That is
+// ESTALE to the kernel, on which it looks a path up again and retries
+// once, so stat(2) of a name another mount replaced finds the new file.
+func (n *node) failIno(op string, err error) syscall.Errno {
+	if err == syscall.ENOENT {
+		return syscall.ESTALE
+	}
+	return n.fail(op, err)
+}
+
 // fillAttr converts the client's attributes to FUSE's.
 func fillAttr(a *client.Attr, out *fuse.Attr) {
 	out.Ino = a.Ino
@@ -97,7 +109,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		a, err = n.fsys.c.GetAttr(ctx, n.cred(ctx), n.ino())
 	}
 	if err != nil {
-		return n.fail("getattr", err)
+		return n.failIno("getattr", err)
 	}
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(n.fsys.o.AttrTimeout)
@@ -170,7 +182,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		a, err = n.fsys.c.GetAttr(ctx, cred, n.ino())
 	}
 	if err != nil {
-		return n.fail("setattr", err)
+		return n.failIno("setattr", err)
 	}
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(n.fsys.o.AttrTimeout)
@@ -261,7 +273,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	ctx = detach(ctx)
 	t, err := n.fsys.c.Readlink(ctx, n.cred(ctx), n.ino())
 	if err != nil {
-		return nil, n.fail("readlink", err)
+		return nil, n.failIno("readlink", err)
 	}
 	return []byte(t), 0
 }
@@ -270,7 +282,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	ctx = detach(ctx)
 	cred := n.cred(ctx)
 	f, err := n.fsys.c.Open(ctx, cred, n.ino(), openFlags(flags))
-	if err == syscall.ESTALE {
+	if err == syscall.ESTALE || err == syscall.ENOENT {
+		// Opening an inode by number: ENOENT means the inode is gone.
 		return nil, 0, n.staleOpen(ctx, cred)
 	}
 	if err != nil {
@@ -325,7 +338,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 
 func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	ctx = detach(ctx)
-	return n.fail("access", n.fsys.c.Access(ctx, n.cred(ctx), n.ino(), mask))
+	return n.failIno("access", n.fsys.c.Access(ctx, n.cred(ctx), n.ino(), mask))
 }
 
 // aclXattr reports whether name is a POSIX ACL. The mount does not
