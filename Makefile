@@ -8,13 +8,14 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Pinned so that every machine lints with the same rules.
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo crashtest fsx verbs-build vm-test
+.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo demo-stop crashtest fsx verbs-build vm-test
 
 all: build
 
 help:
 	@echo "make build       build bin/octofs and bin/octoctl"
-	@echo "make demo        start a local 3-node cluster, show it, stop it"
+	@echo "make demo        a local 3-node cluster mounted with FUSE: copy and verify a tree, show it, stop it"
+	@echo "                 (DEMO_KEEP=1 leaves it running and mounted at /mnt/octofs; make demo-stop ends it)"
 	@echo "make test        lint, then every test with -race (what CI runs)"
 	@echo "make bench       benchmarks with baselines side by side"
 	@echo "make crashtest   pmem power-loss harness, CRASHSTATES crash states (default 100000)"
@@ -58,9 +59,13 @@ fuzz:
 	  done; \
 	done
 
-# A local cluster on loopback (scripts/demo.sh); DEMO_KEEP=1 keeps it running.
+# A local cluster on loopback, mounted with FUSE (scripts/demo.sh);
+# DEMO_KEEP=1 leaves it running and mounted, make demo-stop ends it.
 demo: build
 	./scripts/demo.sh
+
+demo-stop:
+	./scripts/demo.sh stop
 
 bench: build
 	$(BIN)/octoctl bench rdma
