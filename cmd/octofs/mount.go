@@ -24,22 +24,30 @@ import (
 
 // mountOptions are the flags of `octofs mount`.
 type mountOptions struct {
-	cluster      []string
-	tokenFile    string
-	provider     string
-	rdmaDevice   string
-	softAddr     string
-	daemon       bool
-	logFile      string
-	logLevel     string
-	entryTimeout time.Duration
-	attrTimeout  time.Duration
-	negTimeout   time.Duration
-	noCache      bool
-	opTimeout    time.Duration
-	allowOther   string
-	debug        bool
-	readyFD      int
+	cluster        []string
+	tokenFile      string
+	provider       string
+	rdmaDevice     string
+	softAddr       string
+	daemon         bool
+	logFile        string
+	logLevel       string
+	entryTimeout   time.Duration
+	attrTimeout    time.Duration
+	negTimeout     time.Duration
+	noCache        bool
+	serverPerms    bool
+	maxWrite       int
+	readAhead      int
+	background     int
+	opTimeout      time.Duration
+	connectTimeout time.Duration
+	// reported is set once a daemon child has told its parent how the
+	// mount went (fd 3 is closed then, and may be reused).
+	reported   bool
+	allowOther string
+	debug      bool
+	readyFD    int
 }
 
 // daemonEnv marks the child of `octofs mount --daemon`: it runs in the
@@ -55,11 +63,18 @@ func newMountCmd() *cobra.Command {
 cluster member (the client follows the cluster map from there). The cluster
 token comes from --token-file or the OCTOFS_TOKEN environment variable.
 
-Mounted by root, the file system serves every local user (allow_other), and
-the cluster checks each caller's permissions. The mount runs in the
-foreground until it is unmounted (fusermount3 -u MOUNTPOINT, umount
+Mounted by root, the file system serves every local user (allow_other):
+the kernel checks each caller's permissions with the attributes it caches
+(default_permissions) and the cluster checks them again. The mount runs in
+the foreground until it is unmounted (fusermount3 -u MOUNTPOINT, umount
 MOUNTPOINT) or receives SIGINT or SIGTERM, which unmount it; --daemon
-returns once the file system is mounted and serves it in the background.`,
+returns once the file system is mounted and serves it in the background.
+
+Defaults are set for speed within close-to-open consistency: 1 MiB reads
+and writes, 1 MiB read-ahead with 64 requests in flight, names and
+attributes trusted for 1s, no negative caching, requests served in
+parallel; no writeback cache (see docs/fuse.md for why and for every
+option).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -67,7 +82,11 @@ returns once the file system is mounted and serves it in the background.`,
 			if o.daemon && os.Getenv(daemonEnv) == "" {
 				return startMountDaemon(o, args[0], cmd.ErrOrStderr())
 			}
-			return runMount(ctx, o, args[0], cmd.ErrOrStderr())
+			err := runMount(ctx, o, args[0], cmd.ErrOrStderr())
+			if err != nil {
+				o.reportFailure(err)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -83,7 +102,12 @@ returns once the file system is mounted and serves it in the background.`,
 	f.DurationVar(&o.attrTimeout, "attr-timeout", fuse.DefaultTimeout, "how long the kernel trusts an inode's attributes")
 	f.DurationVar(&o.negTimeout, "negative-timeout", 0, "how long the kernel remembers that a name does not exist")
 	f.BoolVar(&o.noCache, "no-cache", false, "ask the cluster for every lookup and getattr (sees other mounts' changes at once)")
+	f.BoolVar(&o.serverPerms, "server-permissions", false, "leave every permission check to the cluster, none to the kernel (implies --no-cache; for testing the cluster)")
+	f.IntVar(&o.maxWrite, "max-write", fuse.DefaultMaxWrite, "largest read or write request the kernel sends, in bytes (at most 1 MiB)")
+	f.IntVar(&o.readAhead, "max-readahead", fuse.DefaultMaxWrite, "the kernel's read-ahead, in bytes")
+	f.IntVar(&o.background, "max-background", fuse.DefaultMaxBackground, "asynchronous requests (read-ahead) the kernel keeps in flight")
 	f.DurationVar(&o.opTimeout, "op-timeout", client.DefaultOpTimeout, "a call that cannot complete within this fails with ETIMEDOUT or EIO")
+	f.DurationVar(&o.connectTimeout, "connect-timeout", 30*time.Second, "give up if the cluster cannot be reached within this")
 	f.StringVar(&o.allowOther, "allow-other", "auto", "let every local user use the mount: yes, no or auto (yes when root)")
 	f.BoolVar(&o.debug, "debug", false, "log every FUSE request")
 	return cmd
@@ -138,7 +162,9 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 		softAddr = "127.0.0.1:0"
 	}
 	hostname, _ := os.Hostname()
-	c, err := client.New(ctx, client.Config{
+	cctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+	defer cancel()
+	c, err := client.New(cctx, client.Config{
 		Admin:     o.cluster,
 		Token:     token,
 		Provider:  o.provider,
@@ -148,12 +174,20 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 		OpTimeout: o.opTimeout,
 	})
 	if err != nil {
+		if cctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("connect to the cluster: no answer within --connect-timeout %v: %w (check --cluster %s, that the nodes run, and the token)",
+				o.connectTimeout, err, strings.Join(o.cluster, ","))
+		}
 		return fmt.Errorf("connect to the cluster: %w", err)
 	}
 	defer c.Close()
+	if o.maxWrite > fuse.DefaultMaxWrite || o.maxWrite < 4096 {
+		return fmt.Errorf("--max-write %d: give 4096 to %d", o.maxWrite, fuse.DefaultMaxWrite)
+	}
 	srv, err := fuse.Mount(dir, c, fuse.Options{
 		EntryTimeout: o.entryTimeout, AttrTimeout: o.attrTimeout, NegativeTimeout: o.negTimeout,
-		NoCache: o.noCache, AllowOther: allow, Debug: o.debug, Logger: log,
+		NoCache: o.noCache, ServerPermissions: o.serverPerms, AllowOther: allow, Debug: o.debug, Logger: log,
+		MaxWrite: o.maxWrite, MaxReadAhead: o.readAhead, MaxBackground: o.background,
 	})
 	if err != nil {
 		return err
@@ -164,7 +198,7 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 		// daemon keeps no directory of the caller's busy.
 		os.Chdir("/")
 	}
-	reportReady()
+	o.reportReady()
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
@@ -215,11 +249,25 @@ func parseAllowOther(s string) (*bool, error) {
 	return &v, nil
 }
 
-// reportReady tells the parent of a daemon child that the mount is up.
-func reportReady() {
-	if os.Getenv(daemonEnv) == "" {
+// reportFailure tells the parent of a daemon child why the mount failed,
+// so that `octofs mount --daemon` prints the reason, not only a log file.
+func (o *mountOptions) reportFailure(err error) {
+	if os.Getenv(daemonEnv) == "" || o.reported {
 		return
 	}
+	o.reported = true
+	if f := os.NewFile(3, "ready"); f != nil {
+		fmt.Fprintf(f, "error: %v\n", err)
+		f.Close()
+	}
+}
+
+// reportReady tells the parent of a daemon child that the mount is up.
+func (o *mountOptions) reportReady() {
+	if os.Getenv(daemonEnv) == "" || o.reported {
+		return
+	}
+	o.reported = true
 	f := os.NewFile(3, "ready")
 	if f != nil {
 		f.Write([]byte("ok\n"))
@@ -272,21 +320,20 @@ func startMountDaemon(o *mountOptions, dir string, stderr io.Writer) error {
 	w.Close()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	ready := make(chan bool, 1)
+	// The child writes "ok" once mounted, or "error: why", on fd 3.
+	ready := make(chan string, 1)
 	go func() {
-		b := make([]byte, 3)
-		n, _ := io.ReadFull(r, b)
-		ready <- n == 3
+		b, _ := io.ReadAll(io.LimitReader(r, 64<<10))
+		ready <- strings.TrimSpace(string(b))
 	}()
-	select {
-	case ok := <-ready:
-		if ok {
-			fmt.Fprintf(stderr, "octofs: mounted %s (pid %d)\n", abs, cmd.Process.Pid)
-			return nil
-		}
-		err := <-exited
-		return fmt.Errorf("mount failed (%v); see %s", err, logPath)
-	case err := <-exited:
-		return fmt.Errorf("mount failed (%v); see %s", err, logPath)
+	msg := <-ready
+	if msg == "ok" {
+		fmt.Fprintf(stderr, "octofs: mounted %s (pid %d)\n", abs, cmd.Process.Pid)
+		return nil
 	}
+	err = <-exited
+	if why, ok := strings.CutPrefix(msg, "error: "); ok {
+		return fmt.Errorf("%s (log: %s)", why, logPath)
+	}
+	return fmt.Errorf("mount failed (%v); see %s", err, logPath)
 }
