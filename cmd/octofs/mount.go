@@ -47,7 +47,6 @@ type mountOptions struct {
 	reported   bool
 	allowOther string
 	debug      bool
-	readyFD    int
 }
 
 // daemonEnv marks the child of `octofs mount --daemon`: it runs in the
