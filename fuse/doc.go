@@ -5,6 +5,28 @@
 // here: permissions are checked by the servers, consistency and caching
 // rules are the client library's.
 //
+// # Permissions
+//
+// The mount uses default_permissions: the kernel checks every access with
+// the attributes it caches (owner/group/other bits, search permission on
+// each directory of a path, sticky directories, chown and utimes rules),
+// and the cluster checks again with the caller's credentials. Without it,
+// a name the kernel has cached is resolved without asking anyone, so a
+// user without search permission on a directory would reach what another
+// user looked up in it. Options.ServerPermissions drops the kernel's
+// checks (and every cache) so that tests can exercise the cluster's own.
+//
+// The cluster clears setuid and setgid bits itself (HANDLE_KILLPRIV_V2):
+// the kernel's fallback, a chmod sent as the writer, would fail a write by
+// a user who does not own the file.
+//
+// # Interrupts
+//
+// The kernel interrupts a request whenever its caller gets any signal; the
+// adapter ignores that (detach in errno.go) except for blocking lock waits,
+// so open or mkdir never fail with EINTR. Every cluster call is bounded by
+// the client's OpTimeout.
+//
 // # Credentials
 //
 // FUSE tells the file system the caller's uid, gid and pid, not its
@@ -35,7 +57,9 @@
 // only while a file stays open in this mount (no FOPEN_KEEP_CACHE): an open
 // always sees what other mounts closed before it (close-to-open). The
 // writeback cache is off, so every write reaches the client library at once
-// and size and mtime are committed on close and fsync.
+// and size and mtime are committed on close and fsync: with it, the kernel
+// would keep dirty pages past close(2) and decide sizes and mtimes itself,
+// and another mount's open after our close could miss our writes.
 //
 // # Deadlocks
 //
@@ -44,4 +68,13 @@
 // FUSE request can only wait on the cluster, and every cluster call has the
 // client's timeout: a lost cluster gives ETIMEDOUT or EIO, never a hung
 // mount.
+//
+// A process that serves a mount must not start a child whose working
+// directory (exec.Cmd.Dir) is in that mount: the child changes directory
+// between fork and exec, while Go's fork holds a P, so a garbage
+// collection cannot stop the world and the FUSE server never answers.
+//
+// An inode addressed by number that the cluster no longer has (its last
+// name went) is ESTALE to the kernel, which looks the path up again and
+// retries once; an open of one is ENOENT if its name is gone too.
 package fuse
