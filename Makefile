@@ -20,6 +20,8 @@ help:
 	@echo "make bench       benchmarks with baselines side by side"
 	@echo "make crashtest   pmem power-loss harness, CRASHSTATES crash states (default 100000)"
 	@echo "make fsx         data-path fsx against a model, FSXOPS operations (default 1000000), FSXSEED to replay"
+	@echo "make bigdir      a BIGDIR-entry directory through the client library (default 1000000)"
+	@echo "make killtest    SIGKILL a node at KILLPOINTS random points of cross-node metadata ops (default 500), KILLSEED to replay"
 	@echo "make fuzz        run every fuzz target for FUZZTIME each (default 10s)"
 	@echo "make lint        gofmt, go vet, staticcheck"
 	@echo "make verbs-build vet, lint, build and unit-test the cgo verbs provider (part of make test)"
@@ -71,6 +73,8 @@ bench: build
 	$(BIN)/octoctl bench rdma
 	$(BIN)/octoctl bench rpc
 	$(BIN)/octoctl bench pmem
+	@if [ "$$(id -u)" = 0 ] && [ -e /dev/fuse ]; then $(BIN)/octoctl bench fuse; \
+	else echo "bench fuse: skipped (mounting needs root and /dev/fuse)"; fi
 
 clean:
 	rm -rf $(BIN)
@@ -84,6 +88,27 @@ FSXSEED ?= 0
 fsx:
 	$(GO) test $(GOFLAGS) -count=1 -timeout 120m -run '^TestFSX$$' -v ./dataplane/dpclient/ \
 	  -args -fsx.ops=$(FSXOPS) -fsx.seed=$(FSXSEED)
+
+BIGDIR ?= 1000000
+# The million-entry directory through the client library on a 3-node
+# cluster over RDMA: create rates over the first and last 100,000 entries,
+# each against a small control directory measured moments apart; random
+# lookups in it against a small directory; readdir returns every entry
+# once (make test runs 20,000 entries).
+bigdir:
+	$(GO) test $(GOFLAGS) -count=1 -timeout 120m -run '^TestBigDirectory$$' -v ./client/ \
+	  -args -client.bigdir=$(BIGDIR)
+
+KILLPOINTS ?= 500
+KILLSEED ?= 0
+# Kill tests: three octofs serve processes; a random node is SIGKILLed at
+# KILLPOINTS random points of cross-node creates, renames, links, unlinks,
+# mkdirs and rmdirs, restarted, and the namespace checked against the
+# acknowledged operations (make test runs 200, within 8 minutes). A failure prints its seed:
+# make killtest KILLSEED=<seed> replays the same choices (not the same timing).
+killtest:
+	$(GO) test $(GOFLAGS) -count=1 -timeout 180m -run '^TestKillNodes$$' -v ./client/ \
+	  -args -client.killpoints=$(KILLPOINTS) -client.killseed=$(KILLSEED)
 
 CRASHSTATES ?= 100000
 # The pmem power-loss harness at scale: random workloads crashed at every

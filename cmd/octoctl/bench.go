@@ -23,6 +23,7 @@ still gives comparable numbers.`,
 	cmd.AddCommand(newBenchPmemCmd())
 	cmd.AddCommand(newBenchMetaCmd())
 	cmd.AddCommand(newBenchRPCCmd())
+	cmd.AddCommand(newBenchFuseCmd())
 	return cmd
 }
 
