@@ -333,7 +333,14 @@ func (l *Log) newBuilder(epoch, seq uint64, prev *segInfo) *builder {
 func (b *builder) start(need uint64) {
 	s := b.l.s
 	bs := uint64(s.g.BlockSize)
-	blocks := max(s.segBlocks, (need+bs-1)/bs)
+	// A chain starts with a small segment and doubles, up to the store's
+	// segment size: the hundreds of partition logs of a node hold little
+	// at first and must not take a full segment each.
+	grown := min(s.minSegBlocks, s.segBlocks)
+	if b.prev != nil {
+		grown = min(s.segBlocks, max(grown, 2*b.prev.cap/bs))
+	}
+	blocks := max(grown, (need+bs-1)/bs)
 	if uint64(cap(b.buf)) >= blocks*bs {
 		b.buf = b.buf[:blocks*bs]
 	} else {

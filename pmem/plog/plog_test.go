@@ -454,3 +454,38 @@ func TestFileRegionSurvivesReopen(t *testing.T) {
 	require.Equal(t, [][]byte{rec("snapshot"), rec("last")}, replayAll(t, l3))
 	requireClean(t, r3)
 }
+
+// TestSegmentsGrow: a new log takes a small segment, and each segment a
+// growing log links is twice the last, up to SegmentSize, so that hundreds
+// of nearly empty partition logs do not fill a region.
+func TestSegmentsGrow(t *testing.T) {
+	r, _ := newRegion(t, 64<<20, pmem.FormatOptions{})
+	s, err := plog.Open(r, plog.Options{SegmentSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Log(plog.LogID{Service: 1, Partition: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocksUsed := func() uint64 { return r.Stats().BlocksUsed }
+	before := blocksUsed()
+	if err := l.Append(rec("first")); err != nil {
+		t.Fatal(err)
+	}
+	if got := blocksUsed() - before; got > 4 {
+		t.Fatalf("a log of one record took %d blocks, want a 16 KiB segment (4 blocks)", got)
+	}
+	big := make([]byte, 3000)
+	for range 400 { // about 1.2 MB: segments of 16, 32, 64, 128, 256, 256, ... KiB
+		if err := l.Append(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := blocksUsed() - before; got > 2*(1300<<10)/4096 {
+		t.Fatalf("1.2 MB of records took %d blocks", got)
+	}
+	if got := len(replayAll(t, l)); got != 401 {
+		t.Fatalf("replayed %d records, want 401", got)
+	}
+}

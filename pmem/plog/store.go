@@ -28,17 +28,21 @@ type Options struct {
 
 const (
 	defaultSegmentSize = 1 << 20
-	defaultPoolBlocks  = 4096
+	// firstSegmentSize is a chain's first segment; each next one is twice
+	// the last, up to SegmentSize.
+	firstSegmentSize  = 16 << 10
+	defaultPoolBlocks = 4096
 )
 
 // Store is the set of logs in one region. Its methods are safe for
 // concurrent use.
 type Store struct {
-	r         *pmem.Region
-	g         pmem.Geometry
-	logger    *slog.Logger
-	segBlocks uint64 // blocks in a default segment
-	poolSize  uint64
+	r            *pmem.Region
+	g            pmem.Geometry
+	logger       *slog.Logger
+	segBlocks    uint64 // blocks in a full-size segment
+	minSegBlocks uint64 // blocks in a chain's first segment
+	poolSize     uint64
 
 	mu     sync.Mutex
 	logs   map[LogID]*Log
@@ -97,11 +101,12 @@ func Open(r *pmem.Region, o Options) (*Store, error) {
 	bs := uint64(g.BlockSize)
 	s := &Store{
 		r: r, g: g,
-		logger:    o.Logger,
-		segBlocks: max(1, (cmp.Or(o.SegmentSize, defaultSegmentSize)+bs-1)/bs),
-		poolSize:  cmp.Or(o.PoolBlocks, defaultPoolBlocks),
-		logs:      map[LogID]*Log{},
-		broken:    map[LogID]error{},
+		logger:       o.Logger,
+		segBlocks:    max(1, (cmp.Or(o.SegmentSize, defaultSegmentSize)+bs-1)/bs),
+		minSegBlocks: max(1, (firstSegmentSize+bs-1)/bs),
+		poolSize:     cmp.Or(o.PoolBlocks, defaultPoolBlocks),
+		logs:         map[LogID]*Log{},
+		broken:       map[LogID]error{},
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
