@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/octofs/octofs/cluster"
@@ -39,6 +42,7 @@ type rpcPeer struct {
 
 func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog.Store) (svc *services, err error) {
 	svc = &services{store: store, stop: make(chan struct{}), done: make(chan struct{})}
+	pin := (&pinner{n: n, log: s.log}).pin
 	defer func() {
 		if err != nil {
 			svc.close()
@@ -51,7 +55,7 @@ func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog
 		return nil, err
 	}
 	if svc.chunks, err = dataplane.NewService(dataplane.ServiceConfig{
-		Store: store, Export: s.export, Map: n, Self: n.ID(), Pin: n.PinPartition,
+		Store: store, Export: s.export, Map: n, Self: n.ID(), Pin: pin,
 		Now: s.cfg.Now, Logger: s.log,
 	}); err != nil {
 		return nil, fmt.Errorf("node: chunk service: %w", err)
@@ -69,7 +73,7 @@ func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog
 		return nil, fmt.Errorf("node: data client: %w", err)
 	}
 	if svc.ns, err = metadata.New(metadata.Config{
-		Node: n.ID(), Map: n, Store: store, Pin: n.PinPartition,
+		Node: n.ID(), Map: n, Store: store, Pin: pin,
 		Peers: mdclient.PoolCaller{Pool: svc.peers}, Data: dataHooks{svc.data},
 		Clock: s.cfg.Now, Logger: s.log, Incarnation: s.incarnation,
 	}); err != nil {
@@ -119,6 +123,55 @@ func newPeerPool(s *Storage, n *cluster.Node) (*rpc.Pool, error) {
 
 func (svc *services) acceptRPC(ctx context.Context, req *rdma.ConnRequest, h dataplane.Hello) error {
 	return svc.rpc.Accept(ctx, req, rpcPeer{hello: h})
+}
+
+// pinner pins partitions for the services. On the first pin a node makes,
+// it pins every partition it owns, concurrently (raft commits concurrent
+// commands together): with placement by hash, a file system's first
+// minutes touch every partition, and pinning them one raft round trip at a
+// time, as each is first written, made the first thousand creates of a
+// new file system slow. The price is that a node's share is fixed from its
+// first write, which partitions without hand-off impose anyway once data
+// is spread.
+type pinner struct {
+	n    *cluster.Node
+	log  *slog.Logger
+	once sync.Once
+}
+
+// pinAllConcurrency bounds the pin commands in flight at once.
+const pinAllConcurrency = 32
+
+func (p *pinner) pin(ctx context.Context, partition uint32) error {
+	p.once.Do(func() { p.pinOwned(ctx) })
+	return p.n.PinPartition(ctx, partition)
+}
+
+// pinOwned pins every partition this node owns, best effort: a failure
+// here only means the partition is pinned later, when first written.
+func (p *pinner) pinOwned(ctx context.Context) {
+	m := p.n.Map()
+	var owned []uint32
+	for i, id := range m.Partitions {
+		if id == p.n.ID() && !m.IsPinned(uint32(i)) {
+			owned = append(owned, uint32(i))
+		}
+	}
+	sem := make(chan struct{}, pinAllConcurrency)
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	for _, part := range owned {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := p.n.PinPartition(ctx, part); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	p.log.Info("pinned the partitions this node owns", "partitions", len(owned), "failed", failed.Load())
 }
 
 // dataHooks frees file data for the namespace service through the chunk
