@@ -40,7 +40,19 @@ const (
 	// First+Count) of a chunk written: their bytes were persisted before
 	// the record was appended. Every block of the range is mapped.
 	RecordConvert RecordKind = 4
+	// RecordDefer, in the node log (partition NodeLog), says that node
+	// Node must trim inode Ino to Size before it serves the inode's
+	// chunks again: the trim was decided while Node was down.
+	RecordDefer RecordKind = 5
+	// RecordDeferDone, in the node log, says that node Node applied the
+	// deferred trim of inode Ino to Size.
+	RecordDeferDone RecordKind = 6
 )
+
+// NodeLog is the partition number of the chunk service's node log, which
+// holds the trims deferred for nodes that were down (RecordDefer,
+// RecordDeferDone). Partitions are below 65,536.
+const NodeLog = 1<<32 - 1
 
 // Run maps Count blocks of a chunk, from block index First (in block-size
 // units from the chunk's start), to region data blocks [Block,
@@ -60,6 +72,9 @@ type Record struct {
 	Runs []Run
 	// First and Count are RecordUnmap's and RecordConvert's block range.
 	First, Count uint32
+	// Node and Size are RecordDefer's and RecordDeferDone's (with Ino).
+	Node string
+	Size uint64
 }
 
 // MaxRuns bounds a record's runs (a chunk of 512-byte blocks).
@@ -83,6 +98,9 @@ func (r *Record) Encode() []byte {
 	case RecordUnmap, RecordConvert:
 		e.U32(r.First)
 		e.U32(r.Count)
+	case RecordDefer, RecordDeferDone:
+		e.String16(r.Node)
+		e.U64(r.Size)
 	}
 	return e.Bytes()
 }
@@ -113,6 +131,12 @@ func DecodeRecord(b []byte, blocksPerChunk uint32) (Record, error) {
 	case RecordUnmap, RecordConvert:
 		r.First = d.U32()
 		r.Count = d.U32()
+	case RecordDefer, RecordDeferDone:
+		r.Node = d.String16(maxNode)
+		r.Size = d.U64()
+		if d.Err() == nil && r.Node == "" {
+			d.Fail("deferred trim for no node")
+		}
 	default:
 		if d.Err() == nil {
 			d.Fail("record kind %d", r.Kind)

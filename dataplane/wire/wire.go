@@ -51,10 +51,17 @@ const (
 	OpFallocate Op = 0x0206
 	// OpStatfs reports the node's data capacity.
 	OpStatfs Op = 0x0207
+	// OpTrimCollect is node to node: the caller (Request.Node) asks for
+	// the trims the callee deferred for it while it was down (at most
+	// MaxTrims; Reply.More says there are more).
+	OpTrimCollect Op = 0x0208
+	// OpTrimDone is node to node: the caller applied Request.Trims, which
+	// the callee had deferred for it; the callee forgets them.
+	OpTrimDone Op = 0x0209
 )
 
 // Ops lists every op, for handler registration and tests.
-var Ops = []Op{OpMap, OpAllocate, OpPersist, OpTrim, OpFree, OpFallocate, OpStatfs}
+var Ops = []Op{OpMap, OpAllocate, OpPersist, OpTrim, OpFree, OpFallocate, OpStatfs, OpTrimCollect, OpTrimDone}
 
 func (o Op) String() string {
 	switch o {
@@ -72,6 +79,10 @@ func (o Op) String() string {
 		return "fallocate"
 	case OpStatfs:
 		return "statfs"
+	case OpTrimCollect:
+		return "trim-collect"
+	case OpTrimDone:
+		return "trim-done"
 	}
 	return fmt.Sprintf("Op(%#x)", uint16(o))
 }
@@ -198,7 +209,23 @@ type Request struct {
 	Owner uint64
 	// Ranges are persist's ranges.
 	Ranges []Range
+	// Node is, for trim-collect and trim-done, the calling node's id.
+	Node string
+	// Trims are trim-done's trims.
+	Trims []Trim
 }
+
+// Trim is a trim one node deferred for another: free the inode's data at
+// and beyond Size.
+type Trim struct {
+	Ino, Size uint64
+}
+
+// MaxTrims bounds the trims of one message.
+const MaxTrims = 4096
+
+// maxNode bounds a node id in a message or record.
+const maxNode = 128
 
 // Range is a byte range inside one chunk that the caller wrote through
 // extents of one stamp (0: written extents).
@@ -238,7 +265,32 @@ func (r *Request) Encode() []byte {
 		e.U32(g.Len)
 		e.U64(g.Stamp)
 	}
+	e.String16(r.Node)
+	encodeTrims(e, r.Trims)
 	return e.Bytes()
+}
+
+func encodeTrims(e *codec.Encoder, ts []Trim) {
+	e.U32(uint32(len(ts)))
+	for _, t := range ts {
+		e.U64(t.Ino)
+		e.U64(t.Size)
+	}
+}
+
+func decodeTrims(d *codec.Decoder) []Trim {
+	n := d.U32()
+	if d.Err() == nil && (n > MaxTrims || uint64(n)*16 > uint64(d.Remaining())) {
+		d.Fail("%d trims (at most %d, %d bytes left)", n, MaxTrims, d.Remaining())
+	}
+	if d.Err() != nil || n == 0 {
+		return nil
+	}
+	ts := make([]Trim, n)
+	for i := range ts {
+		ts[i] = Trim{Ino: d.U64(), Size: d.U64()}
+	}
+	return ts
 }
 
 // DecodeRequest parses a request and checks its ranges.
@@ -271,6 +323,8 @@ func DecodeRequest(b []byte) (Request, error) {
 			r.Ranges[i] = Range{Chunk: d.U64(), Off: d.U32(), Len: d.U32(), Stamp: d.U64()}
 		}
 	}
+	r.Node = d.String16(maxNode)
+	r.Trims = decodeTrims(d)
 	if err := d.Finish(); err != nil {
 		return Request{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
@@ -355,6 +409,9 @@ type Reply struct {
 	// fallocate).
 	Extents  []Extent
 	Capacity Capacity
+	// Trims are trim-collect's trims; More says the callee has more.
+	Trims []Trim
+	More  bool
 }
 
 // Encode returns the reply's bytes.
@@ -382,6 +439,8 @@ func (r *Reply) Encode() []byte {
 	e.U64(r.Capacity.Free)
 	e.U64(r.Capacity.Used)
 	e.U64(r.Capacity.Quarantined)
+	encodeTrims(e, r.Trims)
+	e.Bool(r.More)
 	return e.Bytes()
 }
 
@@ -409,6 +468,8 @@ func DecodeReply(b []byte) (Reply, error) {
 		}
 	}
 	r.Capacity = Capacity{Total: d.U64(), Free: d.U64(), Used: d.U64(), Quarantined: d.U64()}
+	r.Trims = decodeTrims(d)
+	r.More = d.Bool()
 	if err := d.Finish(); err != nil {
 		return Reply{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}

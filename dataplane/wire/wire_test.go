@@ -15,6 +15,8 @@ func TestRequestRoundTrip(t *testing.T) {
 		"allocate": {Op: OpAllocate, Session: 1, Ino: 9, Chunk: 1, Off: 4097, Len: 8190, Ahead: ChunkSize - 3*4096, MineHead: 3, MineTail: 4},
 		"persist":  {Op: OpPersist, Ino: 9, Owner: 77, Ranges: []Range{{Chunk: 0, Off: 0, Len: 10}, {Chunk: 5, Off: 100, Len: 1, Stamp: 12}}},
 		"trim":     {Op: OpTrim, Ino: 9, Size: 123456789},
+		"collect":  {Op: OpTrimCollect, Node: "n2"},
+		"done":     {Op: OpTrimDone, Node: "n2", Trims: []Trim{{Ino: 1, Size: 0}, {Ino: 2, Size: 4097}}},
 		"fallocate": {Op: OpFallocate, Session: 2, Ino: 9, Chunk: 3, Off: 1, Len: 2,
 			Mode: FallocPunchHole | FallocKeepSize},
 	} {
@@ -54,6 +56,7 @@ func TestReplyRoundTrip(t *testing.T) {
 			Extents: []Extent{{Off: 0, Len: 4096, Addr: 1 << 40, RKey: 7}, {Off: 8192, Len: 8192, Addr: 5, RKey: 7, Stamp: 3}}},
 		"wrong owner": {Status: StatusWrongOwner, Epoch: 9, Message: "partition 3 is owned by n2"},
 		"statfs":      {Capacity: Capacity{Total: 1 << 30, Free: 1 << 29, Used: 100, Quarantined: 5}},
+		"collect":     {Trims: []Trim{{Ino: 7, Size: 8}}, More: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := DecodeReply(r.Encode())
@@ -84,6 +87,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		"unmap":         {Kind: RecordUnmap, Ino: 5, Chunk: 6, First: 3, Count: 1021},
 		"map unwritten": {Kind: RecordMapUnwritten, Ino: 5, Chunk: 6, Runs: []Run{{First: 2, Count: 1000, Block: 100}}},
 		"convert":       {Kind: RecordConvert, Ino: 5, Chunk: 6, First: 2, Count: 10},
+		"defer":         {Kind: RecordDefer, Ino: 5, Node: "n3", Size: 1 << 40},
+		"defer done":    {Kind: RecordDeferDone, Ino: 5, Node: "n3", Size: 0},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := DecodeRecord(r.Encode(), 1024)
@@ -113,6 +118,7 @@ func TestRecordRefused(t *testing.T) {
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add((&Request{Op: OpPersist, Ranges: []Range{{Chunk: 1, Off: 2, Len: 3, Stamp: 4}}}).Encode())
 	f.Add((&Request{Op: OpAllocate, Len: 5, Ahead: 4096}).Encode())
+	f.Add((&Request{Op: OpTrimDone, Node: "n1", Trims: []Trim{{Ino: 1, Size: 2}}}).Encode())
 	f.Add((&Request{Op: OpMap, Session: 1}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRequest(b)
@@ -127,6 +133,7 @@ func FuzzDecodeRequest(f *testing.F) {
 func FuzzDecodeReply(f *testing.F) {
 	f.Add((&Reply{Extents: []Extent{{Off: 0, Len: 4096, Addr: 1, RKey: 2}, {Off: 4096, Len: 4096, Addr: 2, RKey: 2, Stamp: 9}}, Lease: time.Second}).Encode())
 	f.Add((&Reply{Status: StatusWrongOwner, Message: "m"}).Encode())
+	f.Add((&Reply{Trims: []Trim{{Ino: 1, Size: 2}}, More: true}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeReply(b)
 		if err != nil {
@@ -142,6 +149,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add((&Record{Kind: RecordUnmap, First: 1, Count: 2}).Encode())
 	f.Add((&Record{Kind: RecordMapUnwritten, Runs: []Run{{First: 1, Count: 2, Block: 3}}}).Encode())
 	f.Add((&Record{Kind: RecordConvert, First: 1, Count: 2}).Encode())
+	f.Add((&Record{Kind: RecordDefer, Ino: 1, Node: "n1", Size: 2}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRecord(b, 1024)
 		if err != nil {
