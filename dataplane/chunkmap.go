@@ -10,11 +10,20 @@ import (
 // run maps count blocks of a chunk, from block index first, to region
 // blocks [block, block+count). A run with a non-zero stamp is unwritten:
 // it was mapped by the allocation that drew that stamp, nothing of the
-// file is in it yet as far as the owner knows, and it reads as zeros.
+// file is in it yet as far as the owner knows, and it reads as zeros. A
+// volatile run (always unwritten) is in DRAM only: no log record maps it,
+// so a restart forgets it and its blocks are free again; the persist
+// that converts it logs it.
 type run struct {
 	first, count uint32
 	block        uint64
 	stamp        uint64
+	volatile     bool
+}
+
+// clip returns the part of r over blocks [lo, hi), which r must cover.
+func (r run) clip(lo, hi uint32) run {
+	return run{first: lo, count: hi - lo, block: r.block + uint64(lo-r.first), stamp: r.stamp, volatile: r.volatile}
 }
 
 func (r run) end() uint32 { return r.first + r.count }
@@ -41,8 +50,7 @@ func (m *chunkMap) overlapping(first, end uint32) []run {
 		if r.first >= end {
 			break
 		}
-		lo, hi := max(r.first, first), min(r.end(), end)
-		out = append(out, run{first: lo, count: hi - lo, block: r.block + uint64(lo-r.first), stamp: r.stamp})
+		out = append(out, r.clip(max(r.first, first), min(r.end(), end)))
 	}
 	return out
 }
@@ -101,7 +109,7 @@ func (m *chunkMap) normalize() {
 	merged := m.runs[:1]
 	for _, r := range m.runs[1:] {
 		last := &merged[len(merged)-1]
-		if last.end() == r.first && last.block+uint64(last.count) == r.block && last.stamp == r.stamp {
+		if last.end() == r.first && last.block+uint64(last.count) == r.block && last.stamp == r.stamp && last.volatile == r.volatile {
 			last.count += r.count
 			continue
 		}
@@ -123,35 +131,37 @@ func (m *chunkMap) remove(first, end uint32) []run {
 			continue
 		}
 		if r.first < first {
-			keep = append(keep, run{first: r.first, count: first - r.first, block: r.block, stamp: r.stamp})
+			keep = append(keep, r.clip(r.first, first))
 		}
 		if r.end() > end {
-			keep = append(keep, run{first: end, count: r.end() - end, block: r.block + uint64(end-r.first), stamp: r.stamp})
+			keep = append(keep, r.clip(end, r.end()))
 		}
 	}
 	m.runs = keep
 	return freed
 }
 
-// convert makes the unwritten blocks among [first, end) written. It
-// reports false, changing nothing, if a block of the range is a hole.
+// convert makes the (logged) unwritten blocks among [first, end) written.
+// It reports false, changing nothing, if a block of the range is a hole.
 func (m *chunkMap) convert(first, end uint32) bool {
 	if !m.mapped(first, end) {
 		return false
 	}
 	var out []run
 	for _, r := range m.runs {
-		if r.end() <= first || r.first >= end || !r.unwritten() {
+		if r.end() <= first || r.first >= end || !r.unwritten() || r.volatile {
+			// Volatile runs are logged as written when converted,
+			// never by a convert record.
 			out = append(out, r)
 			continue
 		}
 		lo, hi := max(r.first, first), min(r.end(), end)
 		if r.first < lo {
-			out = append(out, run{first: r.first, count: lo - r.first, block: r.block, stamp: r.stamp})
+			out = append(out, r.clip(r.first, lo))
 		}
 		out = append(out, run{first: lo, count: hi - lo, block: r.block + uint64(lo-r.first)})
 		if hi < r.end() {
-			out = append(out, run{first: hi, count: r.end() - hi, block: r.block + uint64(hi-r.first), stamp: r.stamp})
+			out = append(out, r.clip(hi, r.end()))
 		}
 	}
 	m.runs = out
@@ -159,19 +169,14 @@ func (m *chunkMap) convert(first, end uint32) bool {
 	return true
 }
 
-// stampedBlocks returns the block ranges among [first, end) that are
-// unwritten with stamp, in order, adjacent ones joined.
-func (m *chunkMap) stampedBlocks(first, end uint32, stamp uint64) []run {
+// stamped returns the runs among blocks [first, end) that are unwritten
+// with stamp, clipped to it.
+func (m *chunkMap) stamped(first, end uint32, stamp uint64) []run {
 	var out []run
 	for _, r := range m.overlapping(first, end) {
-		if r.stamp != stamp {
-			continue
+		if r.stamp == stamp {
+			out = append(out, r)
 		}
-		if n := len(out); n > 0 && out[n-1].end() == r.first {
-			out[n-1].count += r.count
-			continue
-		}
-		out = append(out, run{first: r.first, count: r.count})
 	}
 	return out
 }

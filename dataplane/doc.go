@@ -38,17 +38,36 @@
 // (service wire.ServiceChunks) of extent-map changes, the partition's data
 // pools (plog pools, sub-allocated in DRAM) and the extent maps in DRAM,
 // rebuilt by replaying the log at start and rewritten by Checkpoint. Serve
-// answers every op in wire.Ops. Invariants:
+// answers every op in wire.Ops. A block of a chunk is a hole, written
+// (reads its bytes), or unwritten (reads as zeros whatever it holds; its
+// allocation's stamp tells one allocation from another). Invariants:
 //
 //   - A mapped block lies in a pool of its partition and is mapped once;
 //     a free block is in no map; replay refuses a log that breaks this.
-//   - Fresh blocks are zeroed and persisted before the record that maps
-//     them is appended: no byte of a block's previous owner is ever
-//     readable, before or after a crash.
+//   - No byte a block held for a previous owner is ever readable, before
+//     or after a crash: a fresh block is mapped unwritten, or zeroed and
+//     persisted before the record that maps it written is appended; an
+//     unwritten block becomes written only by a persist that covers it
+//     whole with ranges of its stamp (its bytes flushed first), or by
+//     being zeroed and persisted when a write covers it in part.
+//   - Unwritten blocks allocated for writes are volatile: in DRAM only
+//     until the persist that converts them logs them written. A restart
+//     forgets them and their blocks are free; nothing durable was promised
+//     for them.
 //   - A freed block is quarantined (ServiceConfig.Quarantine, longer than
 //     the extent lease) before it is handed out again.
-//   - Every change is one log append, applied to DRAM after it is durable,
-//     under the partition's lock.
+//   - Every logged change is one log append, applied to DRAM after it is
+//     durable, under the partition's lock.
+//   - Pools leave ServiceConfig.LogReserve of the region to the logs.
+//   - Each request is its connection's: its client id and incarnation are
+//     those of the connection's Hello (Serve's peer, an Identified), and
+//     only nodes of the map trim, free or move deferred trims.
+//
+// Truncate and Free (the namespace's data hooks) trim a file on every
+// node; a node that is down gets the trim deferred in this node's node log
+// (partition wire.NodeLog), and a node serves an inode's chunks only once,
+// in its current up period, it has collected and applied what the inode's
+// owner deferred for it (trims.go).
 //
 // docs/dataplane.md explains the design, the consistency model and the
 // tests.
@@ -67,9 +86,12 @@
 //	case dataplane.PurposeRPC:  rpcServer.Accept(ctx, req, h)
 //	case dataplane.PurposeData: exp.Accept(ctx, req, h)
 //	}
-//	svc, _ := dataplane.NewService(dataplane.ServiceConfig{Store, Export: exp, Map, Self, Pin, Now, Logger})
-//	for _, op := range wire.Ops { rpcServer.Handle(uint16(op), ... svc.Serve(ctx, op, call.Payload)) }
-//	// every second or so: svc.Sweep() (ends quarantines, frees empty pools)
+//	svc, _ := dataplane.NewService(dataplane.ServiceConfig{Store, Export: exp, Map, Self, Pin,
+//		Peers: peerPool, ClientID: id, Incarnation: inc, Now, Logger}) // id, inc: the peer pool's Hello
+//	for _, op := range wire.Ops { rpcServer.Handle(uint16(op), ... svc.Serve(ctx, op, call.Peer, call.Payload)) }
+//	// RPC peers implement Identified (Hello() returns the connection's Hello)
+//	// the namespace service's data hooks: svc.Truncate(ctx, ino, oldSize, size), svc.Free(ctx, ino, size)
+//	// every second or so: svc.Sweep() (ends quarantines, frees empty pools, collects deferred trims)
 //	// on token rotation: exp.Revalidate(); to evict a client: exp.Evict(id)
 //	// shutdown: stop the accept loop and RPC server, then exp.Close()
 //	// before the region.

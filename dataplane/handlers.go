@@ -6,18 +6,36 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"syscall"
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/pmem/plog"
 )
 
-// Serve executes one chunk-service request and returns the encoded reply.
-// It never fails: every outcome is a reply status. The node's RPC server
-// calls it for every op in wire.Ops (Handlers adapts it).
-func (s *Service) Serve(ctx context.Context, op wire.Op, b []byte) []byte {
+// Identified is what the node's RPC server knows of a request's
+// connection: the Hello it was opened with (package node's rpc.Peer
+// values implement it).
+type Identified interface {
+	Hello() Hello
+}
+
+// ErrForeignRequest means a request names another caller than the
+// connection it came on, or asks for what only nodes may ask.
+var ErrForeignRequest = errors.New("dataplane: request not permitted on this connection")
+
+// Serve executes one chunk-service request that came on a connection
+// opened by peer (an Identified; anything else is refused) and returns
+// the encoded reply. It never fails: every outcome is a reply status. The
+// node's RPC server calls it for every op in wire.Ops with the rpc.Call's
+// Peer.
+func (s *Service) Serve(ctx context.Context, op wire.Op, peer any, b []byte) []byte {
 	req, err := wire.DecodeRequest(b)
 	if err == nil && req.Op != op {
 		err = fmt.Errorf("%w: op %v in a request sent as %v", wire.ErrMalformed, req.Op, op)
+	}
+	if err == nil {
+		err = s.permit(peer, &req)
 	}
 	var rep wire.Reply
 	if err == nil {
@@ -45,12 +63,44 @@ func (e *errWrongOwner) Error() string {
 
 var errDataLost = errors.New("dataplane: the node restarted since the data was written; it may be lost (write it again)")
 
+// permit checks that the request is its connection's: the client id and
+// incarnation it names are those of the connection's Hello (so a client
+// cannot act as another, e.g. on that one's data sessions), and that only
+// nodes of the map send the ops that free data or move deferred trims.
+// The cluster token authenticates clients and nodes alike, so the second
+// check guards against mistakes, not against a hostile token holder.
+func (s *Service) permit(peer any, req *wire.Request) error {
+	id, ok := peer.(Identified)
+	if !ok {
+		return fmt.Errorf("%w: the connection has no identity", ErrForeignRequest)
+	}
+	h := id.Hello()
+	if req.ClientID != h.ClientID || req.Incarnation != h.Incarnation {
+		return fmt.Errorf("%w: request from client %#x incarnation %#x on the connection of client %#x incarnation %#x",
+			ErrForeignRequest, req.ClientID, req.Incarnation, h.ClientID, h.Incarnation)
+	}
+	switch req.Op {
+	case wire.OpTrim, wire.OpFree, wire.OpTrimCollect, wire.OpTrimDone:
+		if _, ok := s.cfg.Map.Current().Node(cluster.NodeID(h.Node)); h.Node == "" || !ok {
+			return fmt.Errorf("%w: %v is for nodes of the cluster (the namespace truncates and frees file data)", ErrForeignRequest, req.Op)
+		}
+		if (req.Op == wire.OpTrimCollect || req.Op == wire.OpTrimDone) && req.Node != h.Node {
+			return fmt.Errorf("%w: node %s asks for node %s's deferred trims", ErrForeignRequest, h.Node, req.Node)
+		}
+	}
+	return nil
+}
+
 func statusOf(err error) wire.Status {
 	var wo *errWrongOwner
 	switch {
 	case errors.As(err, &wo):
 		return wire.StatusWrongOwner
-	case errors.Is(err, ErrNoSpace):
+	case errors.Is(err, ErrForeignRequest):
+		return wire.Status(syscall.EPERM)
+	case errors.Is(err, ErrNotReady):
+		return wire.StatusNotReady
+	case errors.Is(err, ErrNoSpace), errors.Is(err, plog.ErrNoSpace):
 		return wire.StatusNoSpace
 	case errors.Is(err, ErrNoSession):
 		return wire.StatusNoSession
@@ -74,6 +124,10 @@ func (s *Service) serve(ctx context.Context, req *wire.Request) (wire.Reply, err
 		return wire.Reply{}, s.Trim(req.Ino, 0)
 	case wire.OpStatfs:
 		return wire.Reply{Capacity: s.Capacity()}, nil
+	case wire.OpTrimCollect:
+		return s.serveCollect(ctx, req)
+	case wire.OpTrimDone:
+		return wire.Reply{}, s.serveDone(req)
 	}
 	return wire.Reply{}, fmt.Errorf("%w: unknown op %v", wire.ErrMalformed, req.Op)
 }
@@ -88,6 +142,14 @@ func (s *Service) chunkPartition(ctx context.Context, req *wire.Request, chunk u
 	pid := cluster.ChunkPartition(req.Ino, chunk, m.NumPartitions())
 	if ok, epoch := s.owns(ctx, pid, req.Epoch); !ok {
 		return nil, &errWrongOwner{partition: pid, epoch: epoch}
+	}
+	if req.Op != wire.OpPersist {
+		// Persist only flushes what the client wrote and converts it;
+		// the rest hands out extents, which must not outlive a trim
+		// this node missed.
+		if err := s.ready(ctx, req.Ino); err != nil {
+			return nil, err
+		}
 	}
 	return s.partitionFor(ctx, pid, create)
 }
@@ -257,19 +319,39 @@ func (s *Service) convertCovered(ino uint64, ranges []wire.Range, parts map[uint
 			continue
 		}
 		var recs []wire.Record
+		volatile := make(map[chunkKey][]run)
 		for _, k := range keys {
-			m := p.chunks[chunkKey{ino, k.chunk}]
+			key := chunkKey{ino, k.chunk}
+			m := p.chunks[key]
 			if m == nil {
 				continue
 			}
 			for _, c := range coveredBlocks(byKey[k], s.bs) {
-				for _, r := range m.stampedBlocks(c.first, c.end(), k.stamp) {
+				for _, r := range m.stamped(c.first, c.end(), k.stamp) {
+					if r.volatile {
+						volatile[key] = append(volatile[key], r)
+						continue
+					}
 					recs = append(recs, wire.Record{Kind: wire.RecordConvert, Ino: ino, Chunk: k.chunk, First: r.first, Count: r.count})
 				}
 			}
 		}
+		// Volatile blocks become logged, written blocks.
+		for key, runs := range volatile {
+			// Runs of several stamps: a record's runs are in order.
+			slices.SortFunc(runs, func(a, b run) int { return cmp.Compare(a.first, b.first) })
+			recs = append(recs, wire.Record{Kind: wire.RecordMap, Ino: key.ino, Chunk: key.chunk, Runs: wireRuns(runs)})
+			s.unmapVolatile(p, key, runs)
+		}
 		if len(recs) > 0 {
-			errs = append(errs, s.append(p, recs...))
+			if err := s.append(p, recs...); err != nil {
+				errs = append(errs, err)
+				if p.broken == nil {
+					for key, runs := range volatile {
+						s.mapVolatile(p, key, runs)
+					}
+				}
+			}
 		}
 		p.mu.Unlock()
 	}
@@ -311,13 +393,14 @@ func coveredBlocks(ranges []wire.Range, bs uint64) []run {
 func (s *Service) Trim(ino, size uint64) error {
 	var errs []error
 	for _, p := range s.partitions() {
+		p.mu.Lock()
 		if p.broken != nil {
 			// The partition may hold chunks of ino: say so rather than
 			// report a trim that did not happen.
 			errs = append(errs, fmt.Errorf("dataplane: inode %d not trimmed in damaged partition %d (%w); check the region (octoctl fsck) and restore or repair the partition", ino, p.id, p.broken))
+			p.mu.Unlock()
 			continue
 		}
-		p.mu.Lock()
 		var recs []wire.Record
 		var chunks []uint64
 		for c := range p.byIno[ino] {

@@ -103,7 +103,7 @@ func TestFreshBlocksAreZeroed(t *testing.T) {
 				secret := bytes.Repeat([]byte("secret! "), mib/2/8)
 				require.NoError(t, e.WriteAt(ctx, 1, secret, 0))
 				require.NoError(t, e.Persist(ctx, 1))
-				require.NoError(t, e.Free(ctx, 1))
+				require.NoError(t, c.Free(ctx, 1))
 				clk.advance(3 * time.Second) // the quarantine is over
 				if mutate {
 					dataplane.SetMutations(c.Nodes[0].Proc().Service, tc.mutate)

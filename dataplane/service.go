@@ -47,10 +47,24 @@ type ServiceConfig struct {
 	// DefaultQuarantine). It must exceed Lease by the longest time an
 	// RDMA operation may stay in flight.
 	Quarantine time.Duration
+	// Peers reaches the other nodes' chunk services, for Truncate and
+	// Free and for collecting deferred trims; ClientID and Incarnation
+	// are what its requests carry: those of the Hello its connections
+	// present (the node's).
+	Peers                 Peers
+	ClientID, Incarnation uint64
+	// LogReserve is how many bytes of the region data pools leave free,
+	// for the logs of every service on the region (default: a 32nd of the
+	// region, at least DefaultLogReserve): when data fills the region, a
+	// persist, a truncate or an unlink still finds room for its records.
+	LogReserve uint64
 	// Now is the clock (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
 }
+
+// DefaultLogReserve is the least ServiceConfig.LogReserve.
+const DefaultLogReserve = 256 << 10
 
 // Defaults of ServiceConfig.
 const (
@@ -88,6 +102,11 @@ type Service struct {
 	// stamps numbers allocations of unwritten blocks (see run).
 	stamps atomic.Uint64
 
+	// deferred are the trims kept for nodes that were down; gate what
+	// this node collected of those kept for it (trims.go).
+	deferred deferrals
+	gate     gate
+
 	// mut removes safety steps, for the mutation tests.
 	mut Mutations
 }
@@ -103,6 +122,9 @@ type Mutations struct {
 	// MapWritten maps fresh blocks as written instead of unwritten,
 	// without zeroing them.
 	MapWritten bool
+	// SkipGate serves an inode's chunks without first collecting the
+	// trims its owner deferred for this node.
+	SkipGate bool
 }
 
 // partition is one chunk partition's state. mu is held across "append,
@@ -146,13 +168,21 @@ func NewService(cfg ServiceConfig) (*Service, error) {
 	}
 	r := cfg.Store.Region()
 	geo := r.Geometry()
+	if cfg.LogReserve == 0 {
+		cfg.LogReserve = max(DefaultLogReserve, uint64(len(r.Bytes()))/32)
+	}
 	if wire.ChunkSize%uint64(geo.BlockSize) != 0 {
 		return nil, fmt.Errorf("dataplane: block size %d does not divide the chunk size %d", geo.BlockSize, wire.ChunkSize)
 	}
 	s := &Service{cfg: cfg, log: log, region: r, geo: geo, bs: uint64(geo.BlockSize),
 		bpc: uint32(wire.ChunkSize / uint64(geo.BlockSize)), parts: make(map[uint32]*partition)}
+	if err := s.openNodeLog(); err != nil {
+		// Deferring and handing out deferred trims fail; the rest works.
+		log.Error("chunk service node log unusable: truncates wait for nodes that are down", "err", err)
+		s.deferred.broken = err
+	}
 	for _, id := range cfg.Store.IDs() {
-		if id.Service != wire.ServiceChunks {
+		if id.Service != wire.ServiceChunks || id.Partition == wire.NodeLog {
 			continue
 		}
 		p, err := s.openPartition(id.Partition)
@@ -235,15 +265,7 @@ func (s *Service) apply(p *partition, rec wire.Record, replay bool) error {
 				b += n
 			}
 		}
-		m := p.chunks[key]
-		if m == nil {
-			m = &chunkMap{}
-			p.chunks[key] = m
-			if p.byIno[rec.Ino] == nil {
-				p.byIno[rec.Ino] = make(map[uint64]struct{})
-			}
-			p.byIno[rec.Ino][rec.Chunk] = struct{}{}
-		}
+		m := p.chunkFor(key)
 		var stamp uint64
 		if rec.Kind == wire.RecordMapUnwritten {
 			// Each allocation draws a stamp of its own: a persist names
@@ -449,6 +471,10 @@ func (s *Service) checkpoint(p *partition) error {
 		for _, k := range keys {
 			var written, unwritten []run
 			for _, r := range p.chunks[k].runs {
+				if r.volatile {
+					// In no record, and in none after a restart.
+					continue
+				}
 				if r.unwritten() {
 					unwritten = append(unwritten, r)
 				} else {
@@ -471,9 +497,15 @@ func (s *Service) checkpoint(p *partition) error {
 	})
 }
 
-// Checkpoint rewrites every partition's log from its state now.
+// Checkpoint rewrites every partition's log, and the node log, from its
+// state now.
 func (s *Service) Checkpoint() error {
 	var errs []error
+	s.deferred.mu.Lock()
+	if s.deferred.broken == nil {
+		errs = append(errs, s.checkpointDeferrals())
+	}
+	s.deferred.mu.Unlock()
 	for _, p := range s.partitions() {
 		if p.broken != nil {
 			continue
@@ -529,10 +561,14 @@ func (s *Service) growPoolOnce(p *partition, need uint64, retried bool) (uint64,
 	}
 	want := max(need, min(max(pooled, minPoolBlocks), maxPoolBlocks))
 	st := s.region.Stats()
-	if free := st.Blocks - st.BlocksUsed; want > free/4 {
+	// Pools leave the reserve to the logs: a persist, a trim or an unlink
+	// must find room for its records when data has filled the region.
+	free := st.Blocks - st.BlocksUsed
+	free -= min(free, s.cfg.LogReserve/s.bs)
+	if want > free/4 {
 		want = max(need, free/4)
 	}
-	want = min(want, maxPoolBlocks)
+	want = min(want, maxPoolBlocks, free)
 	for size := want; size > 0; size /= 2 {
 		ext, err := p.log.AllocPool(size)
 		if err != nil {
@@ -561,11 +597,15 @@ func (s *Service) growPoolOnce(p *partition, need uint64, retried bool) (uint64,
 
 // Sweep ends quarantines that are over and frees pools that hold no block
 // (withdrawing them from the export first), so that partitions do not keep
-// space others need. The node calls it periodically; allocation also
+// space others need, and collects the trims other nodes deferred for this
+// one while it was down (so that the data of files freed meanwhile goes). The node calls it periodically; allocation also
 // sweeps its own partition's quarantine, and every partition's empty
 // pools when the region is full.
 func (s *Service) Sweep() {
 	s.sweepEmpty(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.collectAll(ctx)
 }
 
 // sweepEmpty sweeps every partition but held (whose lock the caller
@@ -623,14 +663,18 @@ func (s *Service) blockOff(b uint64) uint64 {
 }
 
 // ensure gives every hole among the blocks of chunk bytes [lo,
-// hi+ahead) a fresh block, in one log append, and, for a write (write
-// set) of [lo, hi), makes it possible: a block the write covers only in
-// part must read as zeros outside the write, so a fresh one is zeroed
-// and persisted before it is mapped, and an unwritten one is zeroed,
-// persisted and converted, unless its stamp is in mine (the caller wrote
-// it whole: mine[0] for the head block, mine[1] for the tail). Every
-// other fresh block is mapped unwritten, with no zeroing: it reads as
-// zeros until a persist that covers it converts it. No byte a block held
+// hi+ahead) a fresh block and, for a write (write set) of [lo, hi), makes
+// the write possible: a block the write covers only in part must read as
+// zeros outside the write, so a fresh one is zeroed, persisted and logged
+// as written before it is mapped, and an unwritten one is zeroed,
+// persisted and logged as written too, unless its stamp is in mine (the
+// caller wrote it whole: mine[0] for the head block, mine[1] for the
+// tail). Every other fresh block is mapped unwritten with no zeroing: it
+// reads as zeros until a persist that covers it converts it. For a write
+// the unwritten blocks are volatile (in DRAM only, logged by the persist
+// that converts them: a crash before it leaves them free, and the write
+// was not durable anyway), so a sequential writer's allocations touch no
+// log; for fallocate (write unset) they are logged. No byte a block held
 // for its previous owner ever becomes readable, before a crash or after.
 // p.mu is held.
 func (s *Service) ensure(p *partition, ino, chunk, lo, hi, ahead uint64, write bool, mine [2]uint64) error {
@@ -655,7 +699,7 @@ func (s *Service) ensure(p *partition, ino, chunk, lo, hi, ahead uint64, write b
 		edges = append(edges, wend-1)
 	}
 	holes := m.holes(first, end)
-	var convert []uint32 // unwritten edge blocks to zero and convert
+	var convert []run // unwritten edge blocks to zero and make written
 	for i, b := range edges {
 		r := m.overlapping(b, b+1)
 		if len(r) != 1 || !r[0].unwritten() {
@@ -666,7 +710,7 @@ func (s *Service) ensure(p *partition, ino, chunk, lo, hi, ahead uint64, write b
 		if st := r[0].stamp; (b == first && st == mine[0]) || (i == len(edges)-1 && b == wend-1 && st == mine[1]) {
 			continue
 		}
-		convert = append(convert, b)
+		convert = append(convert, r[0])
 	}
 	if len(holes) == 0 && len(convert) == 0 {
 		return nil
@@ -726,8 +770,7 @@ func (s *Service) ensure(p *partition, ino, chunk, lo, hi, ahead uint64, write b
 			return fmt.Errorf("dataplane: zero fresh blocks: %w", err)
 		}
 	}
-	for _, b := range convert {
-		r := m.overlapping(b, b+1)[0]
+	for _, r := range convert {
 		if err := s.zero(s.blockOff(r.block), s.bs); err != nil {
 			releaseAll()
 			return fmt.Errorf("dataplane: zero unwritten block: %w", err)
@@ -737,19 +780,82 @@ func (s *Service) ensure(p *partition, ino, chunk, lo, hi, ahead uint64, write b
 	if len(written) > 0 {
 		recs = append(recs, wire.Record{Kind: wire.RecordMap, Ino: ino, Chunk: chunk, Runs: wireRuns(written)})
 	}
-	if len(unwritten) > 0 {
+	if len(unwritten) > 0 && !write {
 		recs = append(recs, wire.Record{Kind: wire.RecordMapUnwritten, Ino: ino, Chunk: chunk, Runs: wireRuns(unwritten)})
 	}
-	for _, b := range convert {
-		recs = append(recs, wire.Record{Kind: wire.RecordConvert, Ino: ino, Chunk: chunk, First: b, Count: 1})
-	}
-	if err := s.append(p, recs...); err != nil {
-		if p.broken == nil {
-			releaseAll()
+	// A volatile edge block is logged as written (it is in no record);
+	// a logged one is converted.
+	var volatile []run
+	for _, r := range convert {
+		if r.volatile {
+			volatile = append(volatile, r)
+		} else {
+			recs = append(recs, wire.Record{Kind: wire.RecordConvert, Ino: ino, Chunk: chunk, First: r.first, Count: 1})
 		}
-		return err
+	}
+	if len(volatile) > 0 {
+		recs = append(recs, wire.Record{Kind: wire.RecordMap, Ino: ino, Chunk: chunk, Runs: wireRuns(volatile)})
+	}
+	if len(recs) > 0 {
+		s.unmapVolatile(p, key, volatile)
+		if err := s.append(p, recs...); err != nil {
+			if p.broken == nil {
+				s.mapVolatile(p, key, volatile)
+				releaseAll()
+			}
+			return err
+		}
+	}
+	if len(unwritten) > 0 && write {
+		for i := range unwritten {
+			unwritten[i].volatile = true
+		}
+		stamp := s.stamps.Add(1)
+		for i := range unwritten {
+			unwritten[i].stamp = stamp
+		}
+		s.mapVolatile(p, key, unwritten)
 	}
 	return nil
+}
+
+// chunkFor returns chunk key's map, creating it.
+func (p *partition) chunkFor(key chunkKey) *chunkMap {
+	m := p.chunks[key]
+	if m == nil {
+		m = &chunkMap{}
+		p.chunks[key] = m
+		if p.byIno[key.ino] == nil {
+			p.byIno[key.ino] = make(map[uint64]struct{})
+		}
+		p.byIno[key.ino][key.chunk] = struct{}{}
+	}
+	return m
+}
+
+// mapVolatile puts runs, of blocks the partition's pools gave, into chunk
+// key's map without a log record (they lie in holes); p.mu is held.
+func (s *Service) mapVolatile(p *partition, key chunkKey, runs []run) {
+	if len(runs) == 0 {
+		return
+	}
+	if !p.chunkFor(key).insert(runs) {
+		panic(fmt.Sprintf("dataplane: partition %d: volatile runs over mapped blocks", p.id))
+	}
+	for _, r := range runs {
+		p.used += uint64(r.count)
+	}
+}
+
+// unmapVolatile takes runs, volatile runs of chunk key's map, out of it
+// without freeing their blocks, for a record that maps them again; p.mu
+// is held.
+func (s *Service) unmapVolatile(p *partition, key chunkKey, runs []run) {
+	m := p.chunks[key]
+	for _, r := range runs {
+		m.remove(r.first, r.end())
+		p.used -= uint64(r.count)
+	}
 }
 
 // extents builds a chunk's extents for data session sid; p.mu is held.
@@ -814,6 +920,25 @@ func (s *Service) trimChunk(p *partition, key chunkKey, from uint64) (*wire.Reco
 		return nil, nil
 	}
 	return &wire.Record{Kind: wire.RecordUnmap, Ino: key.ino, Chunk: key.chunk, First: firstFree, Count: s.bpc - firstFree}, nil
+}
+
+// VolatileBytes is how many bytes of the node's blocks are volatile:
+// allocated for writes that no persist has made durable yet, in no log
+// record, and free again after a restart.
+func (s *Service) VolatileBytes() uint64 {
+	var n uint64
+	for _, p := range s.partitions() {
+		p.mu.Lock()
+		for _, m := range p.chunks {
+			for _, r := range m.runs {
+				if r.volatile {
+					n += uint64(r.count) * s.bs
+				}
+			}
+		}
+		p.mu.Unlock()
+	}
+	return n
 }
 
 // Capacity reports the node's data capacity.

@@ -40,6 +40,10 @@ type rpcPeer struct {
 	hello dataplane.Hello
 }
 
+// Hello is the Hello the connection was opened with (dataplane.Identified:
+// the chunk service checks each request against it).
+func (p rpcPeer) Hello() dataplane.Hello { return p.hello }
+
 func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog.Store) (svc *services, err error) {
 	svc = &services{store: store, stop: make(chan struct{}), done: make(chan struct{})}
 	pin := (&pinner{n: n, log: s.log}).pin
@@ -56,13 +60,14 @@ func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog
 	}
 	if svc.chunks, err = dataplane.NewService(dataplane.ServiceConfig{
 		Store: store, Export: s.export, Map: n, Self: n.ID(), Pin: pin,
+		Peers: peerCaller{svc.peers}, ClientID: s.incarnation, Incarnation: s.incarnation,
 		Now: s.cfg.Now, Logger: s.log,
 	}); err != nil {
 		return nil, fmt.Errorf("node: chunk service: %w", err)
 	}
 	for _, op := range dpwire.Ops {
 		svc.rpc.Handle(uint16(op), func(ctx context.Context, call *rpc.Call) ([]byte, error) {
-			return svc.chunks.Serve(ctx, op, call.Payload), nil
+			return svc.chunks.Serve(ctx, op, call.Peer, call.Payload), nil
 		})
 	}
 	if svc.data, err = dpclient.New(dpclient.Config{
@@ -74,7 +79,7 @@ func startServices(ctx context.Context, s *Storage, n *cluster.Node, store *plog
 	}
 	if svc.ns, err = metadata.New(metadata.Config{
 		Node: n.ID(), Map: n, Store: store, Pin: pin,
-		Peers: mdclient.PoolCaller{Pool: svc.peers}, Data: dataHooks{svc.data},
+		Peers: mdclient.PoolCaller{Pool: svc.peers}, Data: svc.chunks,
 		Clock: s.cfg.Now, Logger: s.log, Incarnation: s.incarnation,
 	}); err != nil {
 		return nil, fmt.Errorf("node: namespace service: %w", err)
@@ -174,17 +179,9 @@ func (p *pinner) pinOwned(ctx context.Context) {
 	p.log.Info("pinned the partitions this node owns", "partitions", len(owned), "failed", failed.Load())
 }
 
-// dataHooks frees file data for the namespace service through the chunk
-// services of every node.
-type dataHooks struct{ e *dpclient.Engine }
-
-var _ metadata.DataHooks = dataHooks{}
-
-func (d dataHooks) Truncate(ctx context.Context, ino, oldSize, size uint64) error {
-	return d.e.Trim(ctx, ino, size)
-}
-
-func (d dataHooks) Free(ctx context.Context, ino, size uint64) error { return d.e.Free(ctx, ino) }
+// The namespace frees file data through the local chunk service, which
+// reaches every node's and defers trims for nodes that are down.
+var _ metadata.DataHooks = (*dataplane.Service)(nil)
 
 // peerCaller reaches other nodes' services over RPC, by node.
 type peerCaller struct {

@@ -9,13 +9,22 @@
 // goes to the chunk's owner (cluster.Map.ChunkOwner) and the pieces run in
 // parallel. For each piece the engine needs the chunk's extents for its
 // data connection to the owner: from its cache while their lease lasts,
-// else by one map RPC (reads) or allocate RPC (writes that meet a hole;
-// the owner zeroes fresh blocks before it maps them). It then posts one
-// RDMA READ or WRITE per extent the piece touches on the owner's data
-// connection (one RC queue pair per node, apart from the RPC connection),
-// the last one signaled, and waits. Holes read as zeros without any
-// transfer. Writes are recorded per owner process; Persist sends each
-// owner touched one persist RPC naming that process's incarnation.
+// else by one map RPC (reads) or allocate RPC (writes that meet a hole, or
+// cover an unwritten block in part). It then posts one RDMA READ or WRITE
+// per extent the piece touches on the owner's data connection (one RC
+// queue pair per node, apart from the RPC connection), the last one
+// signaled, and waits. Holes and unwritten extents read as zeros without
+// any transfer, except where this client wrote them and has not yet seen
+// the write persisted (it reads those back, POSIX within one client).
+// Writes are recorded per owner process, chunk and extent stamp as exact
+// byte ranges; Persist sends each owner touched one persist RPC naming
+// that process's incarnation, and the owner flushes the ranges and
+// converts the unwritten blocks they cover whole.
+//
+// A write that starts where the last one to the file ended (or at 0)
+// continues a stream; when it must allocate it asks for as many bytes
+// ahead as the stream has written, to the chunk's end, so a sequential
+// writer makes about one allocate RPC per chunk.
 //
 // # Memory
 //
@@ -42,6 +51,12 @@
 // reply), by the engine's clock. The owner keeps freed blocks out of use
 // for longer than that (dataplane.ServiceConfig.Quarantine), so a stale
 // extent never reaches another file's bytes.
+//
+// # Baseline
+//
+// Baseline reads and writes a file's blocks with bare RDMA operations on
+// connections of its own: the raw figure benchmarks set beside the
+// engine's (octoctl bench data, the timing tests).
 //
 // # Counters
 //

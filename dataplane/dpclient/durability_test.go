@@ -90,7 +90,8 @@ func TestCheckpointAndReplay(t *testing.T) {
 	for ino := uint64(1); ino <= 8; ino++ {
 		require.NoError(t, e.WriteAt(ctx, ino, pattern(ino, int(ino)*300_000), ino*1000))
 	}
-	require.NoError(t, e.Trim(ctx, 3, 1000))
+	require.NoError(t, c.Truncate(ctx, 3, 3*300_000+3000, 1000))
+	e.Forget(3)
 	require.NoError(t, e.Allocate(ctx, 5, wire.FallocPunchHole|wire.FallocKeepSize, 6000, 100_000))
 	require.NoError(t, e.Allocate(ctx, 6, wire.FallocKeepSize, 3_000_000, 500_000))
 	want := map[uint64][]byte{}
@@ -107,7 +108,9 @@ func TestCheckpointAndReplay(t *testing.T) {
 	used := map[string]uint64{}
 	for _, n := range c.Nodes {
 		require.NoError(t, n.Proc().Service.Checkpoint())
-		used[string(n.ID)] = n.Proc().Service.Capacity().Used
+		// Volatile blocks (written or allocated ahead, never persisted)
+		// are in no record: they are free after the restart.
+		used[string(n.ID)] = n.Proc().Service.Capacity().Used - n.Proc().Service.VolatileBytes()
 		n.Restart()
 	}
 	for _, n := range c.Nodes {

@@ -30,8 +30,12 @@ var (
 )
 
 // errRetry marks a failure that a new attempt (new connection, new
-// extents, new map) may not meet.
-var errRetry = errors.New("dpclient: retry")
+// extents, new map) may not meet; errNotReady, one that needs the owner
+// to be given some time first.
+var (
+	errRetry    = errors.New("dpclient: retry")
+	errNotReady = errors.New("dpclient: owner not ready")
+)
 
 // Caller is the RPC transport the engine needs: one request to one node,
 // its reply's payload back. The client library passes its rdma/rpc pool.
@@ -256,7 +260,9 @@ func (e *Engine) call(ctx context.Context, node cluster.NodeInfo, req *wire.Requ
 	case wire.StatusWrongOwner:
 		e.awaitMap(ctx, max(rep.Epoch, req.Epoch+1))
 		return rep, fmt.Errorf("%w: %s", errRetry, rep.Message)
-	case wire.StatusNoSession, wire.StatusNotReady:
+	case wire.StatusNotReady:
+		return rep, fmt.Errorf("%w: %w: node %s: %s", errRetry, errNotReady, node.ID, rep.Message)
+	case wire.StatusNoSession:
 		return rep, fmt.Errorf("%w: %s", errRetry, rep.Message)
 	case wire.StatusNoSpace:
 		return rep, fmt.Errorf("%w: node %s: %s", ErrNoSpace, node.ID, rep.Message)
@@ -276,9 +282,11 @@ func (e *Engine) awaitMap(ctx context.Context, epoch uint64) {
 }
 
 // retry runs try until it succeeds, fails for good, or runs out of
-// attempts.
+// attempts. An owner that is not ready (recovering, or collecting the
+// trims deferred for it) is given a little time between attempts.
 func (e *Engine) retry(ctx context.Context, try func() error) error {
 	var err error
+	backoff := 10 * time.Millisecond
 	for attempt := 0; attempt < e.cfg.Attempts; attempt++ {
 		if attempt > 0 {
 			e.stats.retries.Add(1)
@@ -286,6 +294,15 @@ func (e *Engine) retry(ctx context.Context, try func() error) error {
 		}
 		if err = try(); err == nil || !errors.Is(err, errRetry) || ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, errNotReady) && attempt+1 < e.cfg.Attempts {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			backoff *= 2
 		}
 	}
 	if errors.Is(err, errRetry) {

@@ -135,11 +135,13 @@ func TestFSX(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				size = 0
 			}
-			// The namespace trims to the smaller size, then records the
-			// new one.
-			if err := e.Trim(ctx, f.ino, min(size, f.size)); err != nil {
+			// The namespace has the inode's owner trim it everywhere,
+			// then records the new size; the client forgets the extents
+			// it cached.
+			if err := c.Truncate(ctx, f.ino, f.size, size); err != nil {
 				fail(op, "truncate ino %d to %d: %v", f.ino, size, err)
 			}
+			e.Forget(f.ino)
 			if size < f.size {
 				clear(f.data[size:f.size])
 			}

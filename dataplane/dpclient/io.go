@@ -447,22 +447,6 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 	return nil
 }
 
-// Trim asks every node to free ino's data at and beyond size and to zero
-// the rest of the block holding size (the namespace's truncate; see
-// dataplane.Service.Trim), and forgets the cached extents of ino.
-func (e *Engine) Trim(ctx context.Context, ino, size uint64) error {
-	e.Forget(ino)
-	m := e.cfg.Map.Current()
-	return broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpTrim, Header: e.header(m), Ino: ino, Size: size}, nil, &e.stats)
-}
-
-// Free asks every node to free all of ino's data.
-func (e *Engine) Free(ctx context.Context, ino uint64) error {
-	e.Forget(ino)
-	m := e.cfg.Map.Current()
-	return broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpFree, Header: e.header(m), Ino: ino}, nil, &e.stats)
-}
-
 // StatFS sums the data capacity of every node.
 func (e *Engine) StatFS(ctx context.Context) (wire.Capacity, error) {
 	m := e.cfg.Map.Current()
@@ -479,15 +463,9 @@ func (e *Engine) StatFS(ctx context.Context) (wire.Capacity, error) {
 	return c, err
 }
 
-// Broadcast sends req to every node of m that owns partitions (up or
-// down), in parallel, and calls each (if set) with every OK reply. A node
-// that fails makes the broadcast fail; the requests are idempotent, so
-// the caller may simply repeat it. Package metadata uses it for the data
-// side of truncate and of freeing an inode.
-func Broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(wire.Reply)) error {
-	return broadcast(ctx, rpc, m, req, each, nil)
-}
-
+// broadcast sends req to every node of m that holds partitions, in
+// parallel, and calls each (if set) with every OK reply. A node that fails
+// makes it fail.
 func broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(wire.Reply), count *counters) error {
 	if !m.Initialized() {
 		return fmt.Errorf("%w: no cluster map", ErrIO)

@@ -26,7 +26,7 @@ func TestWarmReadLatency(t *testing.T) {
 	c := dptest.New(t, dptest.Options{Nodes: 1, Partitions: 1})
 	e := c.NewEngine()
 	ctx := testCtx(t)
-	const ino, size, n = 1<<48 | 71, wire.ChunkSize, 2000
+	const ino, size, n = 71, wire.ChunkSize, 2000
 	require.NoError(t, e.WriteAt(ctx, ino, pattern(71, size), 0))
 	require.NoError(t, e.Persist(ctx, ino))
 	base, err := e.NewBaseline(ctx, ino, size)
@@ -127,7 +127,7 @@ func TestSequentialBandwidth(t *testing.T) {
 	}
 	ratios := map[string][]float64{}
 	for round := range uint64(rounds) {
-		rawIno, ino := uint64(1<<48|200+2*round), uint64(1<<48|201+2*round)
+		rawIno, ino := 200+2*round, 201+2*round
 		require.NoError(t, e.Allocate(ctx, rawIno, wire.FallocKeepSize, 0, total))
 		base, err := e.NewBaseline(ctx, rawIno, total)
 		require.NoError(t, err)

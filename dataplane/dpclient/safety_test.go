@@ -70,7 +70,7 @@ func TestStaleExtentsNeverSeeAnotherFile(t *testing.T) {
 			writer := c.NewEngine(func(cfg *dpclient.Config) { cfg.Now = nodes.Now })
 			reader := c.NewEngine(func(cfg *dpclient.Config) { cfg.Now = readerClock.Now })
 			ctx := testCtx(t)
-			const fileA, fileB, fileC = 1<<48 | 1, 1<<48 | 2, 1<<48 | 3
+			const fileA, fileB, fileC = 1, 2, 3
 			a := bytes.Repeat([]byte{0xAA}, 256<<10)
 			b := bytes.Repeat([]byte{0xBB}, 256<<10)
 			require.NoError(t, writer.WriteAt(ctx, fileA, a, 0))
@@ -80,7 +80,7 @@ func TestStaleExtentsNeverSeeAnotherFile(t *testing.T) {
 			require.Equal(t, a, got)
 
 			// A is freed; B is written at once: B cannot have A's blocks.
-			require.NoError(t, writer.Free(ctx, fileA))
+			require.NoError(t, c.Free(ctx, fileA))
 			require.NoError(t, writer.WriteAt(ctx, fileB, b, 0))
 			require.NoError(t, reader.ReadAt(ctx, fileA, got, 0))
 			require.Equal(t, a, got, "within the lease the stale extents still show A's old bytes")
@@ -173,7 +173,7 @@ func TestNoSpaceLeavesFileConsistent(t *testing.T) {
 	// Freeing makes room again, once the quarantine is over.
 	capBefore, err := e.StatFS(ctx)
 	require.NoError(t, err)
-	require.NoError(t, e.Free(ctx, ino))
+	require.NoError(t, c.Free(ctx, ino))
 	capAfter, err := e.StatFS(ctx)
 	require.NoError(t, err)
 	require.Greater(t, capAfter.Quarantined, capBefore.Quarantined)

@@ -46,7 +46,7 @@ type counters struct {
 	rdmaReads, rdmaWrites              atomic.Uint64
 	bytesRead, bytesWritten, copied    atomic.Uint64
 	retries, reconnects                atomic.Uint64
-	rpcs                               [8]atomic.Uint64 // by op - OpMap
+	rpcs                               [16]atomic.Uint64 // by op - OpMap
 }
 
 func (c *counters) rpc(op wire.Op) {

@@ -3,8 +3,9 @@
 // export, chunk service and soft RDMA device with a listener that routes
 // data connections to the export and RPC connections to an rdma/rpc
 // server with the chunk service's handlers, as package node does. Engines
-// from NewEngine call over rdma/rpc; Caller reaches the services
-// in-process, for tests that want no RPC in the way.
+// from NewEngine call over rdma/rpc; nodes reach each other's chunk
+// services in-process, as the Hello of the calling process. Truncate and
+// Free do what the namespace does; SetState plays the failure detector.
 //
 // Nodes can be restarted (process state dropped, region attached again
 // from its bytes) and, with Tracker, crashed (region attached from a crash
@@ -75,7 +76,16 @@ type Proc struct {
 	Export  *dataplane.Export
 	Service *dataplane.Service
 	RPC     *rpc.Server
+	// Hello is what the process presents to other nodes (its client id
+	// and incarnation are its own, new at every start).
+	Hello dataplane.Hello
 }
+
+// peer is what the RPC server tells handlers of a connection: its Hello,
+// as package node's rpcPeer does.
+type peer struct{ h dataplane.Hello }
+
+func (p peer) Hello() dataplane.Hello { return p.h }
 
 // New starts a cluster; everything is closed when the test ends.
 func New(t testing.TB, o Options) *Cluster {
@@ -147,7 +157,7 @@ func (c *Cluster) startNode(id cluster.NodeID) *Node {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					p.RPC.Accept(ctx, req, h)
+					p.RPC.Accept(ctx, req, peer{h})
 				}()
 			default:
 				wg.Add(1)
@@ -192,13 +202,16 @@ func (n *Node) start(format bool) {
 	if err != nil {
 		t.Fatalf("node %s: plog: %v", n.ID, err)
 	}
-	exp, err := dataplane.NewExport(dataplane.ExportConfig{Region: r, Device: n.dev, Incarnation: dataplane.RandomID(),
+	inc := dataplane.RandomID()
+	exp, err := dataplane.NewExport(dataplane.ExportConfig{Region: r, Device: n.dev, Incarnation: inc,
 		Token: func() string { return Token }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	hello := dataplane.Hello{Purpose: dataplane.PurposeRPC, Token: Token, ClientID: inc, Incarnation: inc, Node: string(n.ID)}
 	svc, err := dataplane.NewService(dataplane.ServiceConfig{Store: store, Export: exp, Map: n.c.maps, Self: n.ID,
-		Lease: o.Lease, Quarantine: o.Quarantine, Now: o.Now})
+		Lease: o.Lease, Quarantine: o.Quarantine, Now: o.Now,
+		Peers: peerCaller{c: n.c, from: hello}, ClientID: inc, Incarnation: inc})
 	if err != nil {
 		t.Fatalf("node %s: chunk service: %v", n.ID, err)
 	}
@@ -208,10 +221,10 @@ func (n *Node) start(format bool) {
 	}
 	for _, op := range wire.Ops {
 		srv.Handle(uint16(op), func(ctx context.Context, call *rpc.Call) ([]byte, error) {
-			return svc.Serve(ctx, op, call.Payload), nil
+			return svc.Serve(ctx, op, call.Peer, call.Payload), nil
 		})
 	}
-	n.proc.Store(&Proc{Region: r, Store: store, Export: exp, Service: svc, RPC: srv})
+	n.proc.Store(&Proc{Region: r, Store: store, Export: exp, Service: svc, RPC: srv, Hello: hello})
 }
 
 // stop ends the node's process: data sessions closed, region detached.
@@ -236,6 +249,23 @@ func (n *Node) Restart() {
 	defer n.procMu.Unlock()
 	n.stop()
 	n.start(false)
+}
+
+// Stop ends the node's process; the node stays down (requests to it fail)
+// until Start. The map is not changed: see Cluster.SetState.
+func (n *Node) Stop() {
+	n.procMu.Lock()
+	defer n.procMu.Unlock()
+	n.stop()
+}
+
+// Start starts a process on the region of a stopped node.
+func (n *Node) Start() {
+	n.procMu.Lock()
+	defer n.procMu.Unlock()
+	if n.proc.Load() == nil {
+		n.start(false)
+	}
 }
 
 // Crash drops the node's process and starts a new one on a crash image of
@@ -268,13 +298,16 @@ func (c *Cluster) Evict(clientID uint64) int {
 // Maps is the cluster's map source.
 func (c *Cluster) Maps() *Maps { return c.maps }
 
-// Caller reaches the nodes' chunk services in-process, without RPC.
-func (c *Cluster) Caller() dpclient.Caller { return caller{c} }
+// peerCaller is a node's connections to the other nodes' chunk services,
+// in-process: each request is served as if it came on a connection opened
+// with the calling process's Hello.
+type peerCaller struct {
+	c    *Cluster
+	from dataplane.Hello
+}
 
-type caller struct{ c *Cluster }
-
-func (cl caller) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req []byte) ([]byte, error) {
-	for _, n := range cl.c.Nodes {
+func (pc peerCaller) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req []byte) ([]byte, error) {
+	for _, n := range pc.c.Nodes {
 		if n.ID != node.ID {
 			continue
 		}
@@ -282,9 +315,61 @@ func (cl caller) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req
 		if p == nil {
 			return nil, fmt.Errorf("dptest: node %s is down", n.ID)
 		}
-		return p.Service.Serve(ctx, wire.Op(op), req), nil
+		return p.Service.Serve(ctx, wire.Op(op), peer{pc.from}, req), nil
 	}
 	return nil, fmt.Errorf("dptest: no node %s", node.ID)
+}
+
+// Truncate does what the namespace does when ino, of size oldSize, is
+// truncated to size: it asks the chunk service of the inode's owner to
+// trim it everywhere (dataplane.Service.Truncate).
+func (c *Cluster) Truncate(ctx context.Context, ino, oldSize, size uint64) error {
+	svc, err := c.inodeOwner(ino)
+	if err != nil {
+		return err
+	}
+	return svc.Truncate(ctx, ino, oldSize, size)
+}
+
+// Free does what the namespace does when it frees ino: Service.Free at
+// the inode's owner.
+func (c *Cluster) Free(ctx context.Context, ino uint64) error {
+	svc, err := c.inodeOwner(ino)
+	if err != nil {
+		return err
+	}
+	return svc.Free(ctx, ino, 0)
+}
+
+func (c *Cluster) inodeOwner(ino uint64) (*dataplane.Service, error) {
+	owner, err := c.maps.Current().OwnerOfInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range c.Nodes {
+		if n.ID == owner.ID {
+			if p := n.Proc(); p != nil {
+				return p.Service, nil
+			}
+			return nil, fmt.Errorf("dptest: node %s, the owner of inode %d, is down", n.ID, ino)
+		}
+	}
+	return nil, fmt.Errorf("dptest: no node %s", owner.ID)
+}
+
+// SetState publishes a map in which node id is in state st (since the new
+// epoch), as the cluster's failure detector does.
+func (c *Cluster) SetState(id cluster.NodeID, st cluster.NodeState) {
+	c.maps.mu.Lock()
+	m := c.maps.m.Clone()
+	c.maps.mu.Unlock()
+	m.Epoch++
+	for i := range m.Nodes {
+		if m.Nodes[i].ID == id {
+			m.Nodes[i].State, m.Nodes[i].StateEpoch = st, m.Epoch
+		}
+	}
+	c.maps.Set(m)
 }
 
 // PoolCaller is a dpclient.Caller over an rdma/rpc pool: the RPC path a
