@@ -22,6 +22,7 @@ still gives comparable numbers.`,
 	cmd.AddCommand(newBenchRDMACmd())
 	cmd.AddCommand(newBenchPmemCmd())
 	cmd.AddCommand(newBenchMetaCmd())
+	cmd.AddCommand(newBenchDataCmd())
 	cmd.AddCommand(newBenchRPCCmd())
 	cmd.AddCommand(newBenchFuseCmd())
 	return cmd
