@@ -49,10 +49,7 @@ func (p *partition) commit(recs ...wire.Record) error {
 		return err
 	}
 	if p.svc.ctx.Err() != nil {
-		return errClosed
-	}
-	if err := p.svc.faults.beforeAppend(p.id, recs); err != nil {
-		return err
+		return ErrClosed
 	}
 	bufs := make([][]byte, len(recs))
 	for i, r := range recs {

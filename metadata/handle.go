@@ -3,7 +3,6 @@ package metadata
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/octofs/octofs/metadata/wire"
@@ -208,8 +207,6 @@ func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) resu
 // or the service: the client retries.
 func waitFailed() result { return fail(wire.StatusNotReady) }
 
-var peerReqIDs atomic.Uint64
-
 // peer sends a node-to-node request for partition part and decodes the
 // answer into reply. Requests for a partition this node owns are served
 // in-process. It retries transport failures, wrong owners and "not
@@ -221,27 +218,7 @@ func (s *Service) peer(ctx context.Context, op wire.Op, part uint32, cred wire.C
 		if err := ctx.Err(); err != nil {
 			return wire.ReplyHeader{}, err
 		}
-		var rh wire.ReplyHeader
-		err := s.faults.peerCall(op, part)
-		if err == nil {
-			m := s.cfg.Map.Current()
-			h := wire.Header{Epoch: m.Epoch, ClientID: s.self, Incarnation: s.inc, Cred: cred}
-			payload := wire.EncodeRequest(op, &h, body)
-			var resp []byte
-			if s.owns(part) {
-				resp = s.Handle(ctx, uint16(op), 0, payload)
-			} else {
-				var node, e = m.OwnerOfPartition(part)
-				if e != nil {
-					err = e
-				} else {
-					resp, err = s.cfg.Peers.Call(ctx, node, uint16(op), peerReqIDs.Add(1), payload)
-				}
-			}
-			if err == nil {
-				rh, err = wire.DecodeReply(resp, reply)
-			}
-		}
+		rh, err := s.peerOnce(ctx, op, part, cred, body, reply)
 		if err == nil {
 			switch rh.Status {
 			case wire.StatusWrongOwner, wire.StatusNotReady:
@@ -262,9 +239,21 @@ func (s *Service) peer(ctx context.Context, op wire.Op, part uint32, cred wire.C
 	}
 }
 
-func (f *faults) peerCall(op wire.Op, part uint32) error {
-	if f.peer != nil {
-		return f.peer(op, part)
+func (s *Service) peerOnce(ctx context.Context, op wire.Op, part uint32, cred wire.Cred, body, reply wire.Body) (wire.ReplyHeader, error) {
+	m := s.cfg.Map.Current()
+	h := wire.Header{Epoch: m.Epoch, ClientID: s.self, Incarnation: s.inc, Cred: cred}
+	payload := wire.EncodeRequest(op, &h, body)
+	var resp []byte
+	if s.owns(part) {
+		resp = s.Handle(ctx, uint16(op), 0, payload)
+	} else {
+		node, err := m.OwnerOfPartition(part)
+		if err != nil {
+			return wire.ReplyHeader{}, err
+		}
+		if resp, err = s.cfg.Peers.Call(ctx, node, uint16(op), s.reqIDs.Add(1), payload); err != nil {
+			return wire.ReplyHeader{}, err
+		}
 	}
-	return nil
+	return wire.DecodeReply(resp, reply)
 }

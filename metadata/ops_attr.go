@@ -358,10 +358,16 @@ func (p *partition) releaseOpens(ctx context.Context, ino uint64, k int) {
 // freeOrphans frees the orphans nobody reclaimed (after a restart's
 // grace period).
 func (p *partition) freeOrphans(ctx context.Context) {
+	p.mu.RLock()
+	none := len(p.orphans) == 0
+	p.mu.RUnlock()
+	if none {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, n := range p.inodes {
-		if n.rec.Flags&wire.InodeOrphan != 0 && n.opens == 0 && !n.busy {
+	for ino := range p.orphans {
+		if n := p.inodes[ino]; n != nil && n.opens == 0 && !n.busy {
 			p.startFree(n)
 		}
 	}

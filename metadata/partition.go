@@ -2,7 +2,6 @@ package metadata
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -35,9 +34,10 @@ type partition struct {
 	changed chan struct{} // closed and replaced when a lock, busy flag or pending inode is released
 
 	inodes   map[uint64]*inode
-	nextIno  uint64 // next partition-local inode number
-	txnNext  uint64 // next transaction sequence
-	txnLimit uint64 // sequences below it may have been handed out (durable)
+	orphans  map[uint64]bool // inodes flagged InodeOrphan
+	nextIno  uint64          // next partition-local inode number
+	txnNext  uint64          // next transaction sequence
+	txnLimit uint64          // sequences below it may have been handed out (durable)
 
 	intents   map[wire.TxnID]*wire.IntentRecord
 	decisions map[wire.TxnID]*wire.DecisionRecord
@@ -87,6 +87,7 @@ func newPartition(svc *Service, id uint32, log *plog.Log) *partition {
 		id: id, svc: svc, log: log,
 		changed:    make(chan struct{}),
 		inodes:     map[uint64]*inode{},
+		orphans:    map[uint64]bool{},
 		nextIno:    1,
 		intents:    map[wire.TxnID]*wire.IntentRecord{},
 		decisions:  map[wire.TxnID]*wire.DecisionRecord{},
@@ -120,7 +121,7 @@ func (p *partition) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-p.svc.ctx.Done():
-		return errClosed
+		return ErrClosed
 	}
 }
 
@@ -135,15 +136,9 @@ func (p *partition) rwait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-p.svc.ctx.Done():
-		return errClosed
+		return ErrClosed
 	}
 }
-
-// errClosed is what waits return once the service closes.
-var errClosed = errors.New("metadata: service closed")
-
-// errCorrupt is a log whose records contradict each other.
-var errCorrupt = errors.New("metadata: partition log inconsistent")
 
 // apply changes the DRAM state as rec says. It is the only code that
 // does, at replay and in commit.
@@ -151,7 +146,7 @@ func (p *partition) apply(rec wire.Record) error {
 	switch r := rec.(type) {
 	case *wire.InodeRecord:
 		if cluster.PartitionOf(r.Ino) != p.id {
-			return fmt.Errorf("%w: inode %#x in partition %d's log", errCorrupt, r.Ino, p.id)
+			return fmt.Errorf("%w: inode %#x in partition %d's log", ErrCorrupt, r.Ino, p.id)
 		}
 		n := p.inodes[r.Ino]
 		if n == nil {
@@ -163,11 +158,16 @@ func (p *partition) apply(rec wire.Record) error {
 		} else {
 			p.live -= inodeSize(&n.rec)
 			if (n.rec.Mode^r.Mode)&wire.ModeType != 0 {
-				return fmt.Errorf("%w: inode %#x changes type", errCorrupt, r.Ino)
+				return fmt.Errorf("%w: inode %#x changes type", ErrCorrupt, r.Ino)
 			}
 		}
 		wasPending := n.pending()
 		n.rec = *r
+		if r.Flags&wire.InodeOrphan != 0 {
+			p.orphans[r.Ino] = true
+		} else {
+			delete(p.orphans, r.Ino)
+		}
 		p.live += inodeSize(r)
 		if l := cluster.LocalOf(r.Ino); l >= p.nextIno {
 			p.nextIno = l + 1
@@ -178,18 +178,19 @@ func (p *partition) apply(rec wire.Record) error {
 	case *wire.InodeFreeRecord:
 		n := p.inodes[r.Ino]
 		if n == nil {
-			return fmt.Errorf("%w: free of unknown inode %#x", errCorrupt, r.Ino)
+			return fmt.Errorf("%w: free of unknown inode %#x", ErrCorrupt, r.Ino)
 		}
 		if n.dir != nil && n.dir.len() != 0 {
-			return fmt.Errorf("%w: free of directory %#x with %d entries", errCorrupt, r.Ino, n.dir.len())
+			return fmt.Errorf("%w: free of directory %#x with %d entries", ErrCorrupt, r.Ino, n.dir.len())
 		}
 		p.live -= inodeSize(&n.rec) + int64(n.xbytes)
 		delete(p.inodes, r.Ino)
+		delete(p.orphans, r.Ino)
 		p.broadcast()
 	case *wire.EntryAddRecord:
 		d := p.inodes[r.Dir]
 		if d == nil || d.dir == nil {
-			return fmt.Errorf("%w: entry %q in missing directory %#x", errCorrupt, r.Name, r.Dir)
+			return fmt.Errorf("%w: entry %q in missing directory %#x", ErrCorrupt, r.Name, r.Dir)
 		}
 		if old := d.dir.get(r.Name); old != nil {
 			p.live -= entrySize(old.name)
@@ -199,13 +200,13 @@ func (p *partition) apply(rec wire.Record) error {
 	case *wire.EntryRemoveRecord:
 		d := p.inodes[r.Dir]
 		if d == nil || d.dir == nil || !d.dir.remove(r.Name) {
-			return fmt.Errorf("%w: removal of missing entry %q of %#x", errCorrupt, r.Name, r.Dir)
+			return fmt.Errorf("%w: removal of missing entry %q of %#x", ErrCorrupt, r.Name, r.Dir)
 		}
 		p.live -= entrySize(r.Name)
 	case *wire.XattrSetRecord:
 		n := p.inodes[r.Ino]
 		if n == nil {
-			return fmt.Errorf("%w: xattr of missing inode %#x", errCorrupt, r.Ino)
+			return fmt.Errorf("%w: xattr of missing inode %#x", ErrCorrupt, r.Ino)
 		}
 		if n.xattrs == nil {
 			n.xattrs = map[string][]byte{}
@@ -220,7 +221,7 @@ func (p *partition) apply(rec wire.Record) error {
 	case *wire.XattrRemoveRecord:
 		n := p.inodes[r.Ino]
 		if n == nil {
-			return fmt.Errorf("%w: xattr of missing inode %#x", errCorrupt, r.Ino)
+			return fmt.Errorf("%w: xattr of missing inode %#x", ErrCorrupt, r.Ino)
 		}
 		if old, ok := n.xattrs[r.Name]; ok {
 			n.xbytes -= len(r.Name) + len(old)
@@ -263,7 +264,7 @@ func (p *partition) apply(rec wire.Record) error {
 	case *wire.TxDoneRecord:
 		delete(p.decisions, r.Txn)
 	default:
-		return fmt.Errorf("%w: record kind %d", errCorrupt, rec.Kind())
+		return fmt.Errorf("%w: record kind %d", ErrCorrupt, rec.Kind())
 	}
 	return nil
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/metadata"
 	"github.com/octofs/octofs/metadata/mdclient"
 	"github.com/octofs/octofs/metadata/metatest"
@@ -29,7 +31,7 @@ type rpcNode struct {
 	pool *rpc.Pool
 }
 
-func softPool(t *testing.T) *rpc.Pool {
+func softPool(t testing.TB) *rpc.Pool {
 	t.Helper()
 	dev, err := soft.Open(rdma.DeviceConfig{})
 	require.NoError(t, err)
@@ -42,9 +44,9 @@ func softPool(t *testing.T) *rpc.Pool {
 	return p
 }
 
-// TestOverRPC runs the namespace over the real RPC layer on the soft
-// provider: three nodes, node-to-node calls over RPC too.
-func TestOverRPC(t *testing.T) {
+// rpcCluster starts three namespace services behind rdma/rpc servers on
+// soft devices, node-to-node calls over RPC too, and returns a client.
+func rpcCluster(t testing.TB) (*mdclient.Client, *metatest.Maps) {
 	const nodes = 3
 	m := metatest.StaticMap(nodes, 16)
 	rn := make([]*rpcNode, nodes)
@@ -97,7 +99,14 @@ func TestOverRPC(t *testing.T) {
 	}
 	cl, err := mdclient.New(mdclient.Config{Maps: maps, Caller: mdclient.PoolCaller{Pool: softPool(t)}, OpTimeout: 20 * time.Second})
 	require.NoError(t, err)
+	return cl, maps
+}
 
+// TestOverRPC runs the namespace over the real RPC layer on the soft
+// provider: three nodes, node-to-node calls over RPC too.
+func TestOverRPC(t *testing.T) {
+	const nodes = 3
+	cl, _ := rpcCluster(t)
 	for i := range nodes {
 		require.NoError(t, cl.Null(bg, metatest.NodeName(i)))
 	}
@@ -135,4 +144,67 @@ func TestOverRPC(t *testing.T) {
 	require.Empty(t, tr.Check())
 	require.Equal(t, []string{"/d", "/e2", "/moved"}, tr.Paths())
 	_ = wire.OpNull
+}
+
+// BenchmarkOverRPC measures ops over rdma/rpc on the soft provider at 1
+// and 16 in flight, beside the null RPC at the same depth: go test
+// -run XXX -bench OverRPC ./metadata.
+func BenchmarkOverRPC(b *testing.B) {
+	cl, maps := rpcCluster(b)
+	m := maps.Current()
+	d, err := cl.Mkdir(bg, root, rootIno, "bench", 0o777)
+	require.NoError(b, err)
+	f, err := cl.Create(bg, root, d.Ino, "stat-me", 0o644, 0, false, 0)
+	require.NoError(b, err)
+	var names atomic.Uint64
+	// local: a name whose inode lands in the directory's partition.
+	local := func() string {
+		for {
+			n := fmt.Sprintf("l%d", names.Add(1))
+			if m.NewInodePartition(d.Ino, n) == cluster.PartitionOf(d.Ino) {
+				return n
+			}
+		}
+	}
+	remote := func() string {
+		for {
+			n := fmt.Sprintf("r%d", names.Add(1))
+			if m.Partitions[m.NewInodePartition(d.Ino, n)] != m.Partitions[cluster.PartitionOf(d.Ino)] {
+				return n
+			}
+		}
+	}
+	ops := map[string]func() error{
+		"null": func() error { return cl.Null(bg, m.Partitions[cluster.PartitionOf(d.Ino)]) },
+		"stat": func() error { _, err := cl.GetAttr(bg, root, f.Ino, 0); return err },
+		"create-one-partition": func() error {
+			_, err := cl.Create(bg, root, d.Ino, local(), 0o644, 0, false, 0)
+			return err
+		},
+		"create-across-nodes": func() error {
+			_, err := cl.Create(bg, root, d.Ino, remote(), 0o644, 0, false, 0)
+			return err
+		},
+	}
+	for _, name := range []string{"null", "stat", "create-one-partition", "create-across-nodes"} {
+		for _, depth := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/depth=%d", name, depth), func(b *testing.B) {
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				for range depth {
+					wg.Go(func() {
+						for next.Add(1) <= int64(b.N) {
+							if err := ops[name](); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+			})
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/octofs/octofs/cluster"
@@ -99,7 +100,7 @@ type Service struct {
 
 	dedup    *dedupTable
 	sessions *sessionTable
-	faults   faults
+	reqIDs   atomic.Uint64 // request ids of node-to-node calls
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,20 +113,6 @@ type partSlot struct {
 	ready chan struct{}
 	p     *partition
 	err   error
-}
-
-// faults lets in-package crash tests stop the service between protocol
-// steps. Zero in production.
-type faults struct {
-	append func(partition uint32, recs []wire.Record) error
-	peer   func(op wire.Op, partition uint32) error
-}
-
-func (f *faults) beforeAppend(p uint32, recs []wire.Record) error {
-	if f.append != nil {
-		return f.append(p, recs)
-	}
-	return nil
 }
 
 // NodeSenderID is the sender id a node's requests carry (fnv-64a of its
@@ -273,7 +260,7 @@ func (s *Service) partition(ctx context.Context, id uint32) (*partition, wire.St
 		touch(ctx, p)
 	}
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, errClosed) {
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 			return nil, wire.StatusNotReady
 		}
 		s.log.Error("partition cannot be opened", "partition", id, "err", err)
@@ -286,7 +273,7 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, errClosed
+		return nil, ErrClosed
 	}
 	slot := s.parts[id]
 	if slot != nil {
