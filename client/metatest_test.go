@@ -6,8 +6,10 @@ import (
 	"time"
 
 	dpwire "github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/metadata"
 	"github.com/octofs/octofs/metadata/mdclient"
 	"github.com/octofs/octofs/metadata/metatest"
+	"github.com/octofs/octofs/node/nodetest"
 )
 
 // The client over the real namespace service, in process: metatest's
@@ -30,7 +32,19 @@ type metaCluster struct {
 }
 
 func newMetaCluster(t *testing.T) *metaCluster {
-	m := &metaCluster{mc: metatest.Start(t, metatest.Config{})}
+	return newMetaClusterSized(t, 3, 0, false)
+}
+
+// newMetaClusterSized starts nodes namespace services with regions of
+// regionSize bytes (0: metatest's default). production keeps the
+// services' own timing defaults (session lease, janitor interval) instead
+// of metatest's short test ones.
+func newMetaClusterSized(t *testing.T, nodes, regionSize int, production bool) *metaCluster {
+	cfg := metatest.Config{Nodes: nodes, RegionSize: regionSize}
+	if production {
+		cfg.Service = func(_ int, c *metadata.Config) { c.ResolveInterval, c.SessionLease = 0, 0 }
+	}
+	m := &metaCluster{mc: metatest.Start(t, cfg)}
 	m.data = newMemData(&m.log)
 	return m
 }
@@ -56,9 +70,10 @@ func (m *metaCluster) client(t *testing.T, mod ...func(*Config)) *Client {
 	return c
 }
 
-// forBackends runs test once per backend: Memory, and the real namespace
-// service (metatest). newClient returns another client of the same
-// cluster.
+// forBackends runs test once per backend: Memory; the real namespace
+// service in process (metatest, Memory's data store); and a whole 3-node
+// cluster (node/nodetest) reached over RDMA as in production. newClient
+// returns another client of the same cluster.
 func forBackends(t *testing.T, test func(t *testing.T, newClient func() *Client)) {
 	t.Run("memory", func(t *testing.T) {
 		fc := newFakeCluster()
@@ -71,4 +86,27 @@ func forBackends(t *testing.T, test func(t *testing.T, newClient func() *Client)
 		mc := newMetaCluster(t)
 		test(t, func() *Client { return mc.client(t) })
 	})
+	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a 3-node cluster; skipped with -short")
+		}
+		tc := nodetest.Start(t, nodetest.Options{})
+		test(t, func() *Client { return clusterClient(t, tc) })
+	})
+}
+
+// clusterClient connects a client to a nodetest cluster over RDMA (the
+// soft provider), as octoctl and FUSE connect.
+func clusterClient(t *testing.T, tc *nodetest.Cluster) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A generous timeout: CI machines are shared, and these tests are not
+	// about timeouts.
+	c, err := New(ctx, Config{Admin: tc.AdminAddrs(), Token: tc.Token, Name: t.Name(), OpTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -202,6 +202,9 @@ func TestSemanticsOnBothBackends(t *testing.T) {
 			if _, err := c1.Mknod(ctx, alice, d.Ino, "x", syscall.S_IFREG|0o644, 0); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := c1.Mknod(ctx, alice, dir, "plain", syscall.S_IFREG|0o644, 0); err != nil {
+				t.Fatal(err)
+			}
 			for name, tc := range map[string]struct {
 				err  error
 				want syscall.Errno
@@ -212,7 +215,8 @@ func TestSemanticsOnBothBackends(t *testing.T) {
 				"unlink of a missing name":  {c1.Unlink(ctx, alice, dir, "nope"), syscall.ENOENT},
 				"mkdir over a file":         {errOf(c1.Mkdir(ctx, alice, d.Ino, "x", 0o755)), syscall.EEXIST},
 				"bob writes alice's dir":    {errOf(c1.Mknod(ctx, bob, d.Ino, "y", syscall.S_IFREG|0o644, 0)), syscall.EACCES},
-				"rename a dir over a file":  {c1.Rename(ctx, alice, dir, "full", d.Ino, "x", 0), syscall.ENOTDIR},
+				"rename a dir over a file":  {c1.Rename(ctx, alice, dir, "full", dir, "plain", 0), syscall.ENOTDIR},
+				"rename a file over a dir":  {c1.Rename(ctx, alice, dir, "plain", dir, "full", 0), syscall.EISDIR},
 			} {
 				if tc.err != tc.want {
 					t.Errorf("%s: %v, want %v", name, tc.err, tc.want)
