@@ -250,9 +250,11 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
-// maxFileSize is the largest size a file may reach (the largest offset
-// Linux's loff_t carries).
-const maxFileSize = 1<<63 - 1
+// maxFileSize is the largest size a file may reach: the namespace
+// service's limit (2^60 bytes), so that a write or truncate beyond it fails
+// with EFBIG at once, as on a local file system, instead of being accepted
+// here and refused when its size is committed at close.
+const maxFileSize = 1 << 60
 
 // wrote records a completed write ending at end.
 func (f *File) wrote(end uint64) {
