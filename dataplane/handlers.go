@@ -162,7 +162,10 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 	} else if cid != req.ClientID {
 		return wire.Reply{}, fmt.Errorf("%w: session %d is another client's", ErrNoSession, req.Session)
 	}
-	create := req.Op != wire.OpMap && req.Len > 0 && !(req.Op == wire.OpFallocate && req.Mode&wire.FallocPunchHole != 0)
+	// An allocate with no write range but bytes ahead maps a sequential
+	// writer's next blocks before it needs them.
+	alloc := req.Len > 0 || (req.Op == wire.OpAllocate && req.Ahead > 0)
+	create := req.Op != wire.OpMap && alloc && !(req.Op == wire.OpFallocate && req.Mode&wire.FallocPunchHole != 0)
 	p, err := s.chunkPartition(ctx, req, req.Chunk, create)
 	if err != nil || p == nil {
 		return wire.Reply{Lease: s.cfg.Lease}, err
@@ -172,7 +175,7 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 	if p.broken != nil {
 		return wire.Reply{}, p.broken
 	}
-	if req.Len > 0 {
+	if alloc {
 		switch req.Op {
 		case wire.OpAllocate:
 			err = s.ensure(p, req.Ino, req.Chunk, uint64(req.Off), uint64(req.Off)+uint64(req.Len), uint64(req.Ahead), true, [2]uint64{req.MineHead, req.MineTail})

@@ -24,7 +24,9 @@
 // A write that starts where the last one to the file ended (or at 0)
 // continues a stream; when it must allocate it asks for as many bytes
 // ahead as the stream has written, to the chunk's end, so a sequential
-// writer makes about one allocate RPC per chunk.
+// writer makes about one allocate RPC per chunk; once the stream is two
+// chunks long, the next Config.Prefetch chunks are allocated in the
+// background while it writes.
 //
 // # Memory
 //

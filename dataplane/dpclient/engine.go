@@ -67,6 +67,11 @@ type Config struct {
 	// BounceKeep is how many bounce buffers of each size class are kept
 	// registered for reuse (default 16).
 	BounceKeep int
+	// Prefetch is how many chunks past the one it writes a long
+	// sequential writer has allocated in the background (default 2;
+	// negative: none), so that an allocation that must grow the owner's
+	// pools overlaps the writes before it.
+	Prefetch int
 	// Now is the clock for leases (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -99,10 +104,20 @@ type Engine struct {
 	dirty      map[uint64]writes
 	persisting map[uint64][]*persisting
 	// streams is, per inode, the sequential write stream in progress,
-	// for allocating ahead.
-	streams map[uint64]stream
-	closed  bool
+	// for allocating ahead; prefetching, the chunks being allocated in
+	// the background.
+	streams     map[uint64]stream
+	prefetching map[chunkKey]bool
+	closed      bool
+
+	// bg ends the background allocations at Close; wg waits for them.
+	bg     context.Context
+	stopBg context.CancelFunc
+	wg     sync.WaitGroup
 }
+
+// chunkKey names a chunk of a file.
+type chunkKey struct{ ino, chunk uint64 }
 
 // stream is a run of writes each starting where the last one ended.
 type stream struct{ start, end uint64 }
@@ -138,6 +153,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.BounceKeep == 0 {
 		cfg.BounceKeep = 16
 	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = 2
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -152,7 +170,9 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: log, pd: pd,
 		conns: make(map[cluster.NodeID]*dataConn), dialing: make(map[cluster.NodeID]*sync.Mutex),
 		cache: make(map[uint64]map[uint64]*cached), gen: make(map[uint64]uint64),
-		dirty: make(map[uint64]writes), persisting: make(map[uint64][]*persisting), streams: make(map[uint64]stream)}
+		dirty: make(map[uint64]writes), persisting: make(map[uint64][]*persisting), streams: make(map[uint64]stream),
+		prefetching: make(map[chunkKey]bool)}
+	e.bg, e.stopBg = context.WithCancel(context.Background())
 	e.bounces = bouncePool{e: e, keep: cfg.BounceKeep, free: make(map[int][]*bounce)}
 	return e, nil
 }
@@ -165,6 +185,8 @@ func (e *Engine) Close() error {
 	conns := e.conns
 	e.conns = nil
 	e.mu.Unlock()
+	e.stopBg()
+	e.wg.Wait()
 	for _, dc := range conns {
 		dc.fail(ErrClosed)
 	}
@@ -489,6 +511,76 @@ func (e *Engine) ahead(ino, off, n uint64) uint64 {
 	st.end = off + n
 	e.streams[ino] = st
 	return st.end - st.start
+}
+
+// minPrefetchStream is how much a stream must have written before its
+// next chunks are allocated in the background: a file written once and
+// small gets nothing it does not use.
+const minPrefetchStream = 2 * wire.ChunkSize
+
+// prefetch allocates, in the background, the chunks after the one a
+// sequential write of ino ended in, up to Config.Prefetch of them, each
+// as far as the stream has written (to its end), unless they are cached
+// or being allocated. Their extents land in the cache, where the stream's
+// next writes find them. Errors are dropped: the write allocates itself
+// when it must.
+func (e *Engine) prefetch(ino, end, streamLen uint64) {
+	if e.cfg.Prefetch <= 0 || streamLen < minPrefetchStream {
+		return
+	}
+	last := (end - 1) / wire.ChunkSize
+	for chunk := last + 1; chunk <= last+uint64(e.cfg.Prefetch); chunk++ {
+		key := chunkKey{ino, chunk}
+		e.mu.Lock()
+		c := e.cache[ino][chunk]
+		skip := e.closed || e.prefetching[key] || (c != nil && e.cfg.Now().Before(c.expires) && covered(c.exts, 0, wire.ChunkSize))
+		if !skip {
+			e.prefetching[key] = true
+			e.wg.Add(1)
+		}
+		e.mu.Unlock()
+		if skip {
+			continue
+		}
+		go func() {
+			defer e.wg.Done()
+			defer func() {
+				e.mu.Lock()
+				delete(e.prefetching, key)
+				e.mu.Unlock()
+			}()
+			ctx, cancel := context.WithTimeout(e.bg, 30*time.Second)
+			defer cancel()
+			m, node, err := e.owner(ino, chunk)
+			if err != nil {
+				return
+			}
+			dc, err := e.conn(ctx, node)
+			if err != nil {
+				return
+			}
+			e.stats.prefetches.Add(1)
+			e.extents(ctx, m, node, dc, ino, chunk, true, 0, 0, uint32(min(streamLen, wire.ChunkSize)))
+		}()
+	}
+}
+
+// covered reports whether exts map every byte of [lo, hi).
+func covered(exts []wire.Extent, lo, hi uint32) bool {
+	at := lo
+	for _, x := range exts {
+		if x.End() <= at {
+			continue
+		}
+		if x.Off > at {
+			return false
+		}
+		at = x.End()
+		if at >= hi {
+			return true
+		}
+	}
+	return at >= hi
 }
 
 // Dirty reports whether ino has writes not yet persisted.

@@ -115,3 +115,41 @@ func TestStriping(t *testing.T) {
 		require.NotZero(t, used, "node %s holds none of the 16 chunks", id)
 	}
 }
+
+// TestSequentialWriterAllocatesAhead: a writer going 1 MiB at a time
+// through a file asks for blocks about once per chunk (allocating ahead
+// within a chunk, and the next chunks in the background once the stream
+// is long), while a small file written once gets no more than it uses
+// twice over and nothing in the background.
+func TestSequentialWriterAllocatesAhead(t *testing.T) {
+	for name, tc := range map[string]struct {
+		size          int
+		maxAllocates  uint64
+		wantPrefetch  bool
+		maxVolatileKB uint64
+	}{
+		"long stream":  {size: 12 * wire.ChunkSize, maxAllocates: 12 + 2 + 2, wantPrefetch: true},
+		"small file":   {size: 1 << 20, maxAllocates: 1, maxVolatileKB: 2 << 10},
+		"single chunk": {size: wire.ChunkSize, maxAllocates: 3, maxVolatileKB: 4 << 10},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := dptest.New(t, dptest.Options{Nodes: 1, Partitions: 4, RegionSize: 128 << 20})
+			e := c.NewEngine()
+			ctx := testCtx(t)
+			data := pattern(uint64(tc.size), tc.size)
+			for off := 0; off < tc.size; off += 1 << 20 {
+				require.NoError(t, e.WriteAt(ctx, 9, data[off:off+1<<20], uint64(off)))
+			}
+			st := e.Stats()
+			require.LessOrEqual(t, st.RPCs["allocate"], tc.maxAllocates, "allocate RPCs (prefetches included: %d)", st.Prefetches)
+			require.Equal(t, tc.wantPrefetch, st.Prefetches > 0, "prefetches: %d", st.Prefetches)
+			got := make([]byte, tc.size)
+			require.NoError(t, e.ReadAt(ctx, 9, got, 0))
+			require.True(t, bytes.Equal(data, got))
+			if tc.maxVolatileKB > 0 {
+				require.LessOrEqual(t, c.Nodes[0].Proc().Service.VolatileBytes(), tc.maxVolatileKB<<10,
+					"blocks allocated for the file")
+			}
+		})
+	}
+}

@@ -118,6 +118,7 @@ func (e *Engine) vector(ctx context.Context, ino uint64, iov []IOVec, write bool
 		var ahead uint64
 		if write && len(v.Buf) > 0 {
 			ahead = e.ahead(ino, v.Off, uint64(len(v.Buf)))
+			e.prefetch(ino, v.Off+uint64(len(v.Buf)), ahead)
 		}
 		pieces = split(v.Buf, v.Off, ahead, pieces)
 	}

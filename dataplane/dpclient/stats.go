@@ -30,6 +30,9 @@ type Stats struct {
 	// Retries of a chunk's I/O and data connections re-established.
 	Retries    uint64 `json:"retries"`
 	Reconnects uint64 `json:"reconnects"`
+	// Prefetches counts chunks allocated in the background for
+	// sequential writers (their RPCs count as allocate).
+	Prefetches uint64 `json:"prefetches"`
 }
 
 // TotalRPCs is the sum of RPCs over all ops.
@@ -45,7 +48,7 @@ type counters struct {
 	reads, writes, persists, allocates atomic.Uint64
 	rdmaReads, rdmaWrites              atomic.Uint64
 	bytesRead, bytesWritten, copied    atomic.Uint64
-	retries, reconnects                atomic.Uint64
+	retries, reconnects, prefetches    atomic.Uint64
 	rpcs                               [16]atomic.Uint64 // by op - OpMap
 }
 
@@ -62,7 +65,7 @@ func (e *Engine) Stats() Stats {
 		Reads: c.reads.Load(), Writes: c.writes.Load(), Persists: c.persists.Load(), Allocates: c.allocates.Load(),
 		RDMAReads: c.rdmaReads.Load(), RDMAWrites: c.rdmaWrites.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(), BytesCopied: c.copied.Load(),
-		Retries: c.retries.Load(), Reconnects: c.reconnects.Load(),
+		Retries: c.retries.Load(), Reconnects: c.reconnects.Load(), Prefetches: c.prefetches.Load(),
 		RPCs: make(map[string]uint64, len(wire.Ops)),
 	}
 	for _, op := range wire.Ops {
