@@ -73,6 +73,7 @@ bench: build
 	$(BIN)/octoctl bench rdma
 	$(BIN)/octoctl bench rpc
 	$(BIN)/octoctl bench pmem
+	$(BIN)/octoctl bench meta
 	$(BIN)/octoctl bench data
 	@if [ "$$(id -u)" = 0 ] && [ -e /dev/fuse ]; then $(BIN)/octoctl bench fuse; \
 	else echo "bench fuse: skipped (mounting needs root and /dev/fuse)"; fi

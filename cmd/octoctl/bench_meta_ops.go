@@ -34,6 +34,9 @@ type benchOpResult struct {
 	el    time.Duration
 	rpcs  uint64
 	lat   []time.Duration // depth 1 only
+	// null is the null-RPC rate at the same depth, measured in turns
+	// with the operation.
+	null float64
 }
 
 func (r benchOpResult) rate() float64 {
@@ -53,6 +56,54 @@ func (r benchOpResult) rpcsPerOp() float64 {
 // errBenchDone ends a worker whose test has run out of work (unlink of
 // every file created).
 var errBenchDone = errors.New("no more work")
+
+// benchSlices is how many turns an operation and its null-RPC baseline
+// take, each running for a slice of the test's time: both figures come
+// from the same spans of time, so a change in the machine's load moves
+// them alike.
+const benchSlices = 5
+
+// runBenchPair measures op at depth in turns with null RPCs at the same
+// depth (if null is set), and returns op's result and the null-RPC rate.
+func runBenchPair(ctx context.Context, c *client.Client, name string, depth int, d time.Duration,
+	op, null func(ctx context.Context, worker, i int) error) (benchOpResult, float64, error) {
+	total := benchOpResult{name: name, depth: depth}
+	var nullOps int
+	var nullTime time.Duration
+	base := 0
+	for range benchSlices {
+		r, err := runBenchOps(ctx, c, name, depth, d/benchSlices, func(ctx context.Context, w, i int) error {
+			return op(ctx, w, base+i)
+		})
+		if err != nil && !(errors.Is(err, errNoOps) && total.ops > 0) {
+			return total, 0, err
+		}
+		total.ops += r.ops
+		total.el += r.el
+		total.rpcs += r.rpcs
+		total.lat = append(total.lat, r.lat...)
+		base += r.ops + 1
+		if null != nil {
+			nr, err := runBenchOps(ctx, c, "null", depth, d/benchSlices, null)
+			if err != nil {
+				return total, 0, err
+			}
+			nullOps += nr.ops
+			nullTime += nr.el
+		}
+		if r.ops == 0 {
+			break // out of work (unlink, rename): the time so far counts
+		}
+	}
+	var nullRate float64
+	if nullTime > 0 {
+		nullRate = float64(nullOps) / nullTime.Seconds()
+	}
+	return total, nullRate, nil
+}
+
+// errNoOps is runBenchOps's error when no operation completed.
+var errNoOps = errors.New("no operation completed")
 
 // runBenchOps runs op from depth workers until d has passed, each calling
 // op(ctx, worker, i) with its own count i, and returns the result.
@@ -103,7 +154,7 @@ func runBenchOps(ctx context.Context, c *client.Client, name string, depth int, 
 		return r, first
 	}
 	if r.ops == 0 {
-		return r, fmt.Errorf("%s at depth %d: no operation completed", name, depth)
+		return r, fmt.Errorf("%s at depth %d: %w", name, depth, errNoOps)
 	}
 	return r, nil
 }
@@ -205,6 +256,8 @@ func benchMeta(ctx context.Context, c *client.Client, tcpAddr string, plan *benc
 	}
 
 	var tables []*benchTable
+	var null func(ctx context.Context, w, i int) error
+	pingOne := false
 	nullRates := map[int]float64{}
 	if plan.tests["null"] {
 		t, err := benchNullLatency(ctx, c, nodes, tcpAddr, plan)
@@ -212,10 +265,10 @@ func benchMeta(ctx context.Context, c *client.Client, tcpAddr string, plan *benc
 			return nil, err
 		}
 		tables = append(tables, t)
+		null = func(ctx context.Context, w, i int) error { return c.Ping(ctx, nodes[(w+i)%len(nodes)]) }
+		pingOne = true
 		for _, d := range plan.depths {
-			r, err := runBenchOps(ctx, c, "null", d, plan.duration, func(ctx context.Context, w, i int) error {
-				return c.Ping(ctx, nodes[(w+i)%len(nodes)])
-			})
+			r, err := runBenchOps(ctx, c, "null", d, plan.duration, null)
 			if err != nil {
 				return nil, err
 			}
@@ -225,7 +278,7 @@ func benchMeta(ctx context.Context, c *client.Client, tcpAddr string, plan *benc
 
 	var results []benchOpResult
 	for _, d := range plan.depths {
-		rs, err := benchMetaDepth(ctx, c, top.Ino, d, plan)
+		rs, err := benchMetaDepth(ctx, c, top.Ino, d, plan, pingOne)
 		if err != nil {
 			return nil, err
 		}
@@ -246,15 +299,15 @@ func benchMeta(ctx context.Context, c *client.Client, tcpAddr string, plan *benc
 		if v, ok := targets[r.name]; ok {
 			target = fmt.Sprintf(">= %.1fx", v)
 		}
-		null := nullRates[r.depth]
 		nullCell := "-"
-		if null > 0 {
-			nullCell = figure(null)
+		if r.null > 0 {
+			nullCell = figure(r.null)
 		}
-		t.add(r.name, strconv.Itoa(r.depth), figure(r.rate()), nullCell, ratio(r.rate(), null),
+		t.add(r.name, strconv.Itoa(r.depth), figure(r.rate()), nullCell, ratio(r.rate(), r.null),
 			fmt.Sprintf("%.2f", r.rpcsPerOp()), p50, target)
 	}
 	t.note("measured against %s, %v per test and depth; every figure is from this run on this machine", where, plan.duration)
+	t.note("each operation and its null-RPC rate take %d turns over the same time; the null RPCs go to the node owning the test's directory", benchSlices)
 	t.note("create is mknod of a regular file (one request; open(O_CREAT) adds the open's registration)")
 	t.note("readdir lists a %d-entry directory in one request; rename and unlink work on the files create made", plan.dirSize)
 	tables = append(tables, t)
@@ -312,16 +365,28 @@ func benchNullLatency(ctx context.Context, c *client.Client, nodes []cluster.Nod
 
 // benchMetaDepth runs every operation test at one depth, in a directory
 // of its own under top.
-func benchMetaDepth(ctx context.Context, c *client.Client, top uint64, depth int, plan *benchMetaPlan) ([]benchOpResult, error) {
+func benchMetaDepth(ctx context.Context, c *client.Client, top uint64, depth int, plan *benchMetaPlan, ping bool) ([]benchOpResult, error) {
 	root := client.RootCred
 	m := c.Map()
 	dir, err := c.Mkdir(ctx, root, top, "depth-"+strconv.Itoa(depth), 0o755)
 	if err != nil {
 		return nil, err
 	}
+	// The baseline: null RPCs to the node that owns the directory, where
+	// the single-partition operations go.
+	var null func(ctx context.Context, w, i int) error
+	if ping {
+		owner, err := m.OwnerOfInode(dir.Ino)
+		if err != nil {
+			return nil, err
+		}
+		null = func(ctx context.Context, _, _ int) error { return c.Ping(ctx, owner.ID) }
+	}
 	var out []benchOpResult
-	add := func(r benchOpResult, err error) error {
+	measure := func(name string, op func(ctx context.Context, w, i int) error) error {
+		r, nr, err := runBenchPair(ctx, c, name, depth, plan.duration, op, null)
 		if err == nil {
+			r.null = nr
 			out = append(out, r)
 		}
 		return err
@@ -334,47 +399,52 @@ func benchMetaDepth(ctx context.Context, c *client.Client, top uint64, depth int
 		if !plan.tests["create"] {
 			name = "create (setup)"
 		}
-		r, err := runBenchOps(ctx, c, name, depth, plan.duration, func(ctx context.Context, _, _ int) error {
+		create := func(ctx context.Context, _, _ int) error {
 			n := single.get()
 			a, err := c.Mknod(ctx, root, dir.Ino, n, syscall.S_IFREG|0o644, 0)
 			if err == nil {
 				files.add(n, a.Ino)
 			}
 			return err
-		})
+		}
+		var err error
+		if plan.tests["create"] {
+			err = measure(name, create)
+		} else {
+			_, err = runBenchOps(ctx, c, name, depth, plan.duration, create)
+		}
 		if err != nil {
 			return nil, err
-		}
-		if plan.tests["create"] {
-			out = append(out, r)
 		}
 	}
 	if plan.tests["create"] {
 		cross := &benchNames{m: m, dir: dir.Ino, prefix: "x"}
-		if err := add(runBenchOps(ctx, c, "create (any partition)", depth, plan.duration, func(ctx context.Context, _, _ int) error {
+		if err := measure("create (any partition)", func(ctx context.Context, _, _ int) error {
 			_, err := c.Mknod(ctx, root, dir.Ino, cross.get(), syscall.S_IFREG|0o644, 0)
 			return err
-		})); err != nil {
+		}); err != nil {
 			return nil, err
 		}
 	}
 	if plan.tests["stat"] {
-		if err := add(runBenchOps(ctx, c, "stat", depth, plan.duration, func(ctx context.Context, w, i int) error {
+		if err := measure("stat", func(ctx context.Context, w, i int) error {
 			_, err := c.GetAttr(ctx, root, files.inos[(w*7919+i)%len(files.inos)])
 			return err
-		})); err != nil {
+		}); err != nil {
 			return nil, err
 		}
 	}
-	// Each worker renames, then unlinks, its own share of the files.
-	share := func(w, i int) (int, bool) {
-		k := w + i*depth
+	// The workers rename, then unlink, the files create made, each file
+	// once: next hands them out.
+	var next atomic.Int64
+	share := func() (int, bool) {
+		k := int(next.Add(1)) - 1
 		return k, k < len(files.names)
 	}
 	renamed := slices.Clone(files.names)
 	if plan.tests["rename"] {
-		if err := add(runBenchOps(ctx, c, "rename", depth, plan.duration, func(ctx context.Context, w, i int) error {
-			k, ok := share(w, i)
+		if err := measure("rename", func(ctx context.Context, w, i int) error {
+			k, ok := share()
 			if !ok {
 				return errBenchDone
 			}
@@ -384,27 +454,28 @@ func benchMetaDepth(ctx context.Context, c *client.Client, top uint64, depth int
 			}
 			renamed[k] = to
 			return nil
-		})); err != nil {
+		}); err != nil {
 			return nil, err
 		}
 	}
 	if plan.tests["unlink"] {
-		if err := add(runBenchOps(ctx, c, "unlink", depth, plan.duration, func(ctx context.Context, w, i int) error {
-			k, ok := share(w, i)
+		next.Store(0)
+		if err := measure("unlink", func(ctx context.Context, w, i int) error {
+			k, ok := share()
 			if !ok {
 				return errBenchDone
 			}
 			return c.Unlink(ctx, root, dir.Ino, renamed[k])
-		})); err != nil {
+		}); err != nil {
 			return nil, err
 		}
 	}
 	if plan.tests["mkdir"] {
 		dirs := &benchNames{m: m, dir: dir.Ino, prefix: "d", single: true}
-		if err := add(runBenchOps(ctx, c, "mkdir (1 partition)", depth, plan.duration, func(ctx context.Context, _, _ int) error {
+		if err := measure("mkdir (1 partition)", func(ctx context.Context, _, _ int) error {
 			_, err := c.Mkdir(ctx, root, dir.Ino, dirs.get(), 0o755)
 			return err
-		})); err != nil {
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -419,13 +490,13 @@ func benchMetaDepth(ctx context.Context, c *client.Client, top uint64, depth int
 				return nil, err
 			}
 		}
-		if err := add(runBenchOps(ctx, c, "readdir", depth, plan.duration, func(ctx context.Context, _, _ int) error {
+		if err := measure("readdir", func(ctx context.Context, _, _ int) error {
 			ents, _, err := c.ReadDirPage(ctx, root, list.Ino, 0, plan.dirSize+1)
 			if err == nil && len(ents) != plan.dirSize {
 				err = fmt.Errorf("listed %d entries of %d", len(ents), plan.dirSize)
 			}
 			return err
-		})); err != nil {
+		}); err != nil {
 			return nil, err
 		}
 	}

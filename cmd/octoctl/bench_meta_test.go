@@ -22,7 +22,7 @@ func TestBenchMetaWorkloads(t *testing.T) {
 	plan := &benchMetaPlan{duration: 50 * time.Millisecond, depths: []int{1, 4}, dirSize: 10,
 		tests: map[string]bool{"create": true, "stat": true, "unlink": true, "mkdir": true, "readdir": true, "rename": true}}
 	for _, d := range plan.depths {
-		rs, err := benchMetaDepth(ctx, c, top.Ino, d, plan)
+		rs, err := benchMetaDepth(ctx, c, top.Ino, d, plan, false)
 		if err != nil {
 			t.Fatal(err)
 		}
