@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,5 +133,61 @@ func TestClusterOpenFileSurvivesOwnerRestart(t *testing.T) {
 	}
 	if a, err := c.GetAttr(ctx, client.RootCred, ino); err != nil || a.Nlink != 0 {
 		t.Fatalf("the orphan after restart: nlink %d, %v", a.Nlink, err)
+	}
+}
+
+// TestClusterDownNodeTimesOut: a call to a node that is gone fails with
+// ETIMEDOUT within the operation timeout, reads and writes included.
+func TestClusterDownNodeTimesOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster; skipped with -short")
+	}
+	tc := nodetest.Start(t, nodetest.Options{})
+	ctx := context.Background()
+	c, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, OpTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, f, err := c.Create(ctx, client.RootCred, 1, "f", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	owner, _ := c.Map().OwnerOfInode(a.Ino)
+	for i, n := range tc.Nodes {
+		if n.ID == owner.ID {
+			tc.Crash(i)
+		}
+	}
+	for name, call := range map[string]func() error{
+		"getattr": func() error { _, err := c.GetAttr(ctx, client.RootCred, a.Ino); return err },
+		"setattr": func() error {
+			_, err := c.SetAttr(ctx, client.RootCred, a.Ino, client.SetAttrIn{Valid: client.SetMode, Mode: 0o600})
+			return err
+		},
+		"flush after a write": func() error {
+			if _, err := f.WriteAt(ctx, []byte("y"), 0); err != nil {
+				return err
+			}
+			return f.Flush(ctx)
+		},
+	} {
+		start := time.Now()
+		err := call()
+		el := time.Since(start)
+		if err != syscall.ETIMEDOUT && err != syscall.EIO {
+			t.Errorf("%s at a crashed owner: %v, want ETIMEDOUT or EIO", name, err)
+		}
+		// One operation timeout, plus a write's and a flush's own.
+		if el > 3*2*time.Second+2*time.Second {
+			t.Errorf("%s at a crashed owner took %v with a 2s operation timeout", name, el)
+		}
+		t.Logf("%s: %v after %v", name, err, el.Round(time.Millisecond))
 	}
 }
