@@ -280,11 +280,9 @@ func (n *Node) leaderWrite(w http.ResponseWriter, r *http.Request, body any, op 
 	res, err := op(r.Context())
 	var nl *NotLeaderError
 	if errors.As(err, &nl) && nl.LeaderAdminAddr != "" && r.Header.Get(headerForwarded) == "" {
-		ctx, cancel := context.WithTimeout(r.Context(), n.cfg.ForwardTimeout)
 		var out json.RawMessage
 		c := newAdminClient([]string{nl.LeaderAdminAddr}, "", n.cfg.ClientTLS, n.peers)
-		ferr := c.doAttempt(ctx, n.cfg.ForwardTimeout, http.MethodPost, r.URL.Path, r.URL.Query(), body, &out, forwardHeader(r))
-		cancel()
+		ferr := c.doAttempt(r.Context(), n.cfg.ForwardTimeout, http.MethodPost, r.URL.Path, r.URL.Query(), body, &out, forwardHeader(r))
 		if ferr == nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
@@ -403,15 +401,15 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		if !TokensEqual(n.cfg.Token, got) {
 			n.tokenMu.Unlock()
 			n.log.Warn("refused a join order with another cluster's token", "remote", r.RemoteAddr)
-			writeError(w, fmt.Errorf("%w: node %s was started with its cluster's token and joins only with that token", ErrUnauthorized, n.id))
+			writeError(w, refuse(ErrUnauthorized, "cluster: node %s was started with its cluster's token and joins only with that token", n.id))
 			return
 		}
 	case !TokensEqual(n.joinSecret, r.Header.Get(headerJoinSecret)):
 		n.tokenMu.Unlock()
 		n.log.Warn("refused a join order without this node's join secret", "remote", r.RemoteAddr)
-		writeError(w, fmt.Errorf("%w: node %s waits to be added and obeys only a caller with its join secret "+
-			"(in %s on that node, or the one it was started with): pass --join-secret-file",
-			ErrUnauthorized, n.id, filepath.Join(n.cfg.DataDir, JoinSecretFile)))
+		writeError(w, refuse(ErrJoinSecret, "cluster: node %s waits to be added and obeys only a caller with its join secret "+
+			"(in %s on that node, or the one it was started with): pass it with --join-secret-file",
+			n.id, filepath.Join(n.cfg.DataDir, JoinSecretFile)))
 		return
 	default:
 		n.token = got

@@ -119,6 +119,9 @@ func (tc *testCluster) start(cfg Config, raftAddr string) *Node {
 	n, err := Start(cfg)
 	require.NoError(tc.t, err)
 	tc.nodes[n.ID()] = n
+	// Registered after the data directory's TempDir, so it runs first:
+	// the node stops writing before its directory is removed.
+	tc.t.Cleanup(func() { _ = n.shutdown(false) })
 	return n
 }
 

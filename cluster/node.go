@@ -290,10 +290,12 @@ func Start(cfg Config) (n *Node, err error) {
 		beats:    map[NodeID]*heartbeatRecord{},
 		peers:    newHTTPClient(cfg.ClientTLS),
 	}
-	// Undo whatever was opened if a later step fails.
+	// Undo whatever was opened if a later step fails. (The named result is
+	// nil by then: returning nil, err sets it.)
+	started := n
 	defer func() {
 		if err != nil {
-			n.shutdown(false)
+			started.shutdown(false)
 		}
 	}()
 
@@ -600,14 +602,14 @@ func (n *Node) raftPeerAllowed(id NodeID, dialed string) error {
 	info, ok := m.Node(id)
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: raft peer %s is not a member of this cluster", ErrUnauthorized, id)
+		return refuse(ErrUnauthorized, "cluster: raft peer %s is not a member of this cluster", id)
 	case info.State == StateRemoved:
-		return fmt.Errorf("%w: raft peer %s was removed from the cluster", ErrUnauthorized, id)
+		return refuse(ErrUnauthorized, "cluster: raft peer %s was removed from the cluster", id)
 	}
 	if dialed != "" && info.RaftAddr != dialed {
 		for _, o := range m.Nodes {
 			if o.RaftAddr == dialed && o.State != StateRemoved {
-				return fmt.Errorf("%w: the raft peer at %s presented the certificate of %s, but the map places %s there", ErrUnauthorized, dialed, id, o.ID)
+				return refuse(ErrUnauthorized, "cluster: the raft peer at %s presented the certificate of %s, but the map places %s there", dialed, id, o.ID)
 			}
 		}
 	}
