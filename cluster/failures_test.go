@@ -307,3 +307,37 @@ func TestWriteErrorsAreClear(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitingNodeCredentials: a waiting node given the cluster's token
+// obeys only that token; one given a join secret obeys only a caller with
+// that secret (and writes no secret file).
+func TestWaitingNodeCredentials(t *testing.T) {
+	tc := newTestCluster(t)
+	n1 := tc.bootstrap("n1")
+	ctx := context.Background()
+
+	withToken := tc.config("with-token")
+	withToken.Token = n1.Token()
+	w1 := tc.start(withToken, "")
+	c := tc.client(w1, "another-clusters-token")
+	c.SetJoinSecret("irrelevant")
+	_, err := c.SelfJoin(ctx, []string{n1.AdminAddr()})
+	require.ErrorIs(t, err, ErrUnauthorized)
+	require.Contains(t, err.Error(), "joins only with that token")
+	_, err = tc.client(w1, n1.Token()).SelfJoin(ctx, []string{n1.AdminAddr()})
+	require.NoError(t, err)
+
+	withSecret := tc.config("with-secret")
+	withSecret.JoinSecret = "s3cret"
+	w2 := tc.start(withSecret, "")
+	_, err = os.Stat(filepath.Join(tc.dirs["with-secret"], JoinSecretFile))
+	require.ErrorIs(t, err, os.ErrNotExist, "a given secret is not written")
+	c = tc.client(w2, n1.Token())
+	c.SetJoinSecret("wrong")
+	_, err = c.SelfJoin(ctx, []string{n1.AdminAddr()})
+	require.ErrorIs(t, err, ErrJoinSecret)
+	c.SetJoinSecret("s3cret")
+	_, err = c.SelfJoin(ctx, []string{n1.AdminAddr()})
+	require.NoError(t, err)
+	tc.waitFor("both joined and up", func() bool { return tc.converged(3) })
+}
