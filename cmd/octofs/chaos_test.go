@@ -208,7 +208,9 @@ func TestChaos(t *testing.T) {
 		require.True(t, clearError(w.err), "an unclear error: %v", w.err)
 	}
 	slices.Sort(lat)
-	pct := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(time.Millisecond) }
+	pct := func(q float64) time.Duration {
+		return lat[min(len(lat)-1, int(q*float64(len(lat))))].Round(time.Millisecond)
+	}
 	t.Logf("chaos actions: %v", actions)
 	t.Logf("writes: %d, %d ok, %d failed %v; latency p50 %v p99 %v max %v", len(writes), ok, len(writes)-ok, kinds, pct(0.5), pct(0.99), lat[len(lat)-1].Round(time.Millisecond))
 	require.NotZero(t, ok, "some writes succeed")
