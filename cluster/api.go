@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -446,8 +445,8 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		n.tokenMu.Unlock()
 		n.log.Warn("refused a join order without this node's join secret", "remote", r.RemoteAddr)
 		writeError(w, refuse(ErrJoinSecret, "cluster: node %s waits to be added and obeys only a caller with its join secret "+
-			"(in %s on that node, or the one it was started with): pass it with --join-secret-file",
-			n.id, filepath.Join(n.cfg.DataDir, JoinSecretFile)))
+			"(in <data-dir>/%s on that node, or the one it was started with): pass it with --join-secret-file",
+			n.id, JoinSecretFile))
 		return
 	default:
 		n.token = got

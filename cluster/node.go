@@ -408,21 +408,24 @@ func Start(cfg Config) (n *Node, err error) {
 		n.log.Info("bootstrapped a new cluster", "token_file", filepath.Join(cfg.DataDir, TokenFile), "raft_ca", filepath.Join(cfg.DataDir, tlsDir, caCertFile))
 	}
 
+	waiting := !hasState && !cfg.Bootstrap && len(cfg.Join) == 0
+	if waiting {
+		// Before the admin API serves: it reads the join secret.
+		if err := n.waitToBeAdded(); err != nil {
+			return nil, err
+		}
+	}
 	n.startAdmin()
 	n.goRun(n.watchLeadership)
 	n.goRun(n.heartbeatLoop)
 	n.goRun(n.watchSelfRemoval)
 	n.goRun(n.snapshotLoop)
-	if !hasState && !cfg.Bootstrap {
-		if len(cfg.Join) > 0 {
-			n.goRun(func() {
-				if err := n.joinCluster(n.ctx, cfg.Join); err != nil {
-					n.fail(err)
-				}
-			})
-		} else if err := n.waitToBeAdded(); err != nil {
-			return nil, err
-		}
+	if !hasState && !cfg.Bootstrap && !waiting {
+		n.goRun(func() {
+			if err := n.joinCluster(n.ctx, cfg.Join); err != nil {
+				n.fail(err)
+			}
+		})
 	}
 	return n, nil
 }

@@ -257,16 +257,22 @@ func TestChaos(t *testing.T) {
 	t.Logf("memory: max heap in use %.1f MiB, max RSS %.1f MiB over %d samples", maxHeap/(1<<20), maxRSS/(1<<20), len(samples))
 	require.Less(t, maxHeap, float64(128<<20), "heap in use")
 	require.Less(t, maxRSS, float64(512<<20), "resident memory")
+	judged, worst, worstKey := 0, 0.0, ""
 	for key, l := range lives {
 		ss := l.last
 		if len(ss) < 12 {
 			continue // too short-lived to judge growth
 		}
 		third := len(ss) / 3
-		early, late := meanHeap(ss[:third], func(s sample) float64 { return s.heap }), meanHeap(ss[len(ss)-third:], func(s sample) float64 { return s.heap })
-		t.Logf("%s: heap %.1f MiB in its first third, %.1f MiB in its last (%d samples)", key, early/(1<<20), late/(1<<20), len(ss))
-		require.Less(t, late, 2*early+16<<20, "%s's heap grows", key)
+		heap := func(s sample) float64 { return s.heap }
+		early, late := meanHeap(ss[:third], heap), meanHeap(ss[len(ss)-third:], heap)
+		require.Less(t, late, 2*early+16<<20, "%s's heap grows: %.1f MiB in its first third, %.1f MiB in its last", key, early/(1<<20), late/(1<<20))
+		judged++
+		if late/early > worst {
+			worst, worstKey = late/early, fmt.Sprintf("%s (%.1f to %.1f MiB over %d samples)", key, early/(1<<20), late/(1<<20), len(ss))
+		}
 	}
+	t.Logf("heap growth within a process, last third over first third: at most %.2fx, %s; %d processes of %d lived long enough to judge", worst, worstKey, judged, len(lives))
 }
 
 func meanHeap[S any](ss []S, f func(S) float64) float64 {
