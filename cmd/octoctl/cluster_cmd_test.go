@@ -255,7 +255,9 @@ func TestPinnedDataInOctoctl(t *testing.T) {
 	n1 := ctlNode(t, "n1", func(c *cluster.Config) { c.Bootstrap = true })
 	tok := n1.Token()
 	n2 := ctlNode(t, "n2", func(c *cluster.Config) { c.Join = []string{n1.AdminAddr()}; c.Token = tok })
-	require.Eventually(t, func() bool { return n1.Status().NodeStates[cluster.StateUp] == 2 }, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return n1.Status().NodeStates[cluster.StateUp] == 2 && n2.Map().PartitionCounts()["n2"] == 16
+	}, 20*time.Second, 20*time.Millisecond)
 	ctx := context.Background()
 	var mine []uint32
 	for p, o := range n2.Map().Partitions {

@@ -243,23 +243,18 @@ func TestChaos(t *testing.T) {
 	}
 
 	// Memory: bounded, and not growing within a long-lived process.
-	type life struct{ first, last []sample }
-	lives := map[string]*life{}
+	lives := map[string][]sample{}
 	var maxHeap, maxRSS float64
 	for _, s := range samples {
 		maxHeap, maxRSS = max(maxHeap, s.heap), max(maxRSS, s.rss)
 		key := fmt.Sprintf("%s#%d", s.node, s.incarnation)
-		if lives[key] == nil {
-			lives[key] = &life{}
-		}
-		lives[key].last = append(lives[key].last, s)
+		lives[key] = append(lives[key], s)
 	}
 	t.Logf("memory: max heap in use %.1f MiB, max RSS %.1f MiB over %d samples", maxHeap/(1<<20), maxRSS/(1<<20), len(samples))
 	require.Less(t, maxHeap, float64(128<<20), "heap in use")
 	require.Less(t, maxRSS, float64(512<<20), "resident memory")
 	judged, worst, worstKey := 0, 0.0, ""
-	for key, l := range lives {
-		ss := l.last
+	for key, ss := range lives {
 		if len(ss) < 12 {
 			continue // too short-lived to judge growth
 		}

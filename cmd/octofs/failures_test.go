@@ -156,15 +156,6 @@ func (pc *procCluster) formed(up int) bool {
 	return true
 }
 
-func (pc *procCluster) node(id cluster.NodeID) *procNode {
-	for _, n := range pc.nodes {
-		if cluster.NodeID(n.id) == id {
-			return n
-		}
-	}
-	return nil
-}
-
 func (pc *procCluster) admins() []string {
 	var out []string
 	for _, n := range pc.nodes {
