@@ -358,6 +358,14 @@ func Start(cfg Config) (n *Node, err error) {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newHclog(n.log, "raft-net"),
+		// One RPC in flight per peer turns raft's pipelined replication
+		// off. With pipelining, a follower's refusal (a newer term, after a
+		// leadership change) can end the pipeline's decoder while the
+		// sender waits to hand it the next request: the replication
+		// goroutine then blocks forever and raft.Shutdown never returns
+		// (TestRaftIdleConnectionsAreReplaced hung that way, one run in a
+		// few). The map changes rarely; synchronous replication is plenty.
+		MaxRPCsInFlight: 1,
 	})
 
 	// Admin listener (before raft, so our address is known).
@@ -719,7 +727,14 @@ func (n *Node) shutdown(graceful bool) error {
 			n.adminLn.Close()
 		}
 		if n.raft != nil {
-			if err := n.raft.Shutdown().Error(); err != nil {
+			// Close the transport before waiting for raft's goroutines: one
+			// may be waiting on a peer that does not answer (a stopped
+			// process) for the whole RPC timeout.
+			f := n.raft.Shutdown()
+			if n.transport != nil {
+				n.transport.Close()
+			}
+			if err := f.Error(); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -256,7 +256,14 @@ func TestRaftIdleConnectionsAreReplaced(t *testing.T) {
 		}
 		return k
 	}
-	tc.waitFor("the old leader's connections closed as idle", func() bool { return idle() > 0 })
+	tc.waitFor("the old leader's connections closed as idle", func() bool {
+		for _, n := range []*Node{n1, n2, n3} {
+			if n != old && n.stream.connsFrom(old.ID()) > 0 {
+				return false
+			}
+		}
+		return true
+	})
 	start := time.Now()
 	require.NoError(t, next.raft.LeadershipTransferToServer(raft.ServerID(old.ID()), raft.ServerAddress(old.RaftAddr())).Error())
 	tc.waitFor("the old leader leads again", old.IsLeader)
@@ -295,4 +302,17 @@ func TestCredentialsAreStored(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadRequest)
 	require.Contains(t, err.Error(), "without raft TLS")
 	t.Log(err)
+}
+
+// connsFrom counts the authenticated connections peer id holds to s.
+func (s *tlsStream) connsFrom(id NodeID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := 0
+	for c := range s.conns {
+		if c.id == id {
+			k++
+		}
+	}
+	return k
 }
