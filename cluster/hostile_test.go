@@ -317,7 +317,10 @@ func TestForwardedReadsReuseConnections(t *testing.T) {
 	tw := timeWaitTo(t, port)
 	t.Logf("%d forwarded reads in %v; %d sockets to the leader's admin port in TIME_WAIT", clients*each, took.Round(time.Millisecond), tw)
 	failures.Range(func(k, _ any) bool { t.Errorf("request failed: %v", k); return true })
-	require.LessOrEqual(t, tw, 2*clients, "forwarded reads must reuse connections")
+	// One new connection per request would leave about clients*each;
+	// reuse leaves none, or a few where a slow forward timed out (under
+	// -race on a busy machine).
+	require.Less(t, tw, clients*each/10, "forwarded reads must reuse connections")
 }
 
 // timeWaitTo counts sockets in TIME_WAIT whose remote port is port.
