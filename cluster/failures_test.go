@@ -102,7 +102,7 @@ func TestJoinWithAnotherMembersAddressIsRefused(t *testing.T) {
 func TestStaleForwardedRead(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.formThree()
-	ld := tc.leader()
+	ld := tc.waitLeader()
 	var follower *Node
 	for _, n := range tc.nodes {
 		if n != ld {
@@ -184,7 +184,7 @@ func TestForwardToAStoppedLeaderIsBounded(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.tweak = func(c *Config) { c.ForwardTimeout = time.Second }
 	tc.formThree()
-	ld := tc.leader()
+	ld := tc.waitLeader()
 	var follower *Node
 	for _, n := range tc.nodes {
 		if n != ld {
@@ -254,7 +254,7 @@ func TestDrainingVoterGivesUpItsSeat(t *testing.T) {
 		v, nv := n1.suffrages()
 		return tc.converged(4) && len(v) == 3 && len(nv) == 1
 	})
-	ld := tc.leader()
+	ld := tc.waitLeader()
 	var victim NodeID
 	for _, id := range []NodeID{"n1", "n2", "n3"} {
 		if id != ld.ID() {
@@ -272,7 +272,7 @@ func TestDrainingVoterGivesUpItsSeat(t *testing.T) {
 		v, nv := l.suffrages()
 		return len(v) == 3 && len(nv) == 1 && nv[0] == victim
 	})
-	v, _ := tc.leader().suffrages()
+	v, _ := tc.waitLeader().suffrages()
 	require.Contains(t, v, NodeID("n4"))
 	t.Logf("voters after draining %s: %v", victim, v)
 }

@@ -90,7 +90,7 @@ func TestPinPartition(t *testing.T) {
 func TestPinPartitionWaitsForALeader(t *testing.T) {
 	tc := newTestCluster(t)
 	n1, n2, _ := tc.formThree()
-	ld := tc.leader()
+	ld := tc.waitLeader()
 	var asker *Node
 	for _, n := range []*Node{n1, n2} {
 		if n != ld {

@@ -244,7 +244,7 @@ func TestRaftIdleConnectionsAreReplaced(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.tweak = func(c *Config) { c.RaftLimits.IdleTimeout = 600 * time.Millisecond }
 	n1, n2, n3 := tc.formThree()
-	old := tc.leader()
+	old := tc.waitLeader()
 	require.NotNil(t, old)
 	require.NoError(t, old.raft.LeadershipTransfer().Error())
 	var next *Node
