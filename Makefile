@@ -8,7 +8,7 @@ STATICCHECK := $(shell $(GO) env GOPATH)/bin/staticcheck
 # Pinned so that every machine lints with the same rules.
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo demo-stop crashtest fsx verbs-build vm-test
+.PHONY: all help build test test-short lint fmt vet staticcheck bench fuzz clean demo demo-stop crashtest fsx chaos verbs-build vm-test
 
 all: build
 
@@ -22,6 +22,7 @@ help:
 	@echo "make fsx         data-path fsx against a model, FSXOPS operations (default 1000000), FSXSEED to replay"
 	@echo "make bigdir      a BIGDIR-entry directory through the client library (default 1000000)"
 	@echo "make killtest    SIGKILL a node at KILLPOINTS random points of cross-node metadata ops (default 500), KILLSEED to replay"
+	@echo "make chaos       3 serve processes killed, stopped and restarted for CHAOSTIME (default 5m)"
 	@echo "make fuzz        run every fuzz target for FUZZTIME each (default 10s)"
 	@echo "make lint        gofmt, go vet, staticcheck"
 	@echo "make verbs-build vet, lint, build and unit-test the cgo verbs provider (part of make test)"
@@ -122,6 +123,13 @@ crashtest:
 	  -args -pmem.crashstates=$(CRASHSTATES) > $(BIN)/crashtest.log 2>&1; status=$$?; \
 	grep -E 'crash states|--- |^ok|^FAIL' $(BIN)/crashtest.log; \
 	[ $$status -eq 0 ] || { echo "crashtest failed, full log in $(BIN)/crashtest.log"; }; exit $$status
+
+CHAOSTIME ?= 5m
+# The control plane under faults at length: three `octofs serve` processes
+# whose leaders and followers are killed, stopped (SIGSTOP) and restarted
+# while admin writes run (make test runs the same test for 40s).
+chaos:
+	$(GO) test $(GOFLAGS) -count=1 -timeout 60m -run '^TestChaos$$' -v ./cmd/octofs/ -args -chaos.duration=$(CHAOSTIME)
 
 # The verbs provider (cgo over libibverbs) compiles only with -tags verbs.
 # make test vets, lints, builds and unit-tests it wherever libibverbs'

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -272,36 +272,71 @@ func (n *Node) handleWatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // leaderWrite runs op here if this node leads, and otherwise forwards the
-// request to the leader once, bounded by ForwardTimeout. If the leader
-// does not answer, the caller hears which leader and why
-// (*LeaderUnreachableError), and may retry: the other voters elect a new
-// leader if it stays silent.
+// request to the leader, bounded by ForwardTimeout. If raft elects another
+// leader meanwhile (the old one stopped), the forward is abandoned and the
+// request goes to the new one. If the leader does not answer, the caller
+// hears which leader and why (*LeaderUnreachableError), and may retry: the
+// other voters elect a new leader if it stays silent.
 func (n *Node) leaderWrite(w http.ResponseWriter, r *http.Request, body any, op func(ctx context.Context) (any, error)) {
-	res, err := op(r.Context())
-	var nl *NotLeaderError
-	if errors.As(err, &nl) && nl.LeaderAdminAddr != "" && r.Header.Get(headerForwarded) == "" {
-		ctx, cancel := context.WithTimeout(r.Context(), n.cfg.ForwardTimeout)
+	var res any
+	var err error
+	for range 3 {
+		res, err = op(r.Context())
+		var nl *NotLeaderError
+		if !errors.As(err, &nl) || nl.LeaderAdminAddr == "" || r.Header.Get(headerForwarded) != "" {
+			break
+		}
 		var out json.RawMessage
-		c := newAdminClient([]string{nl.LeaderAdminAddr}, "", n.cfg.ClientTLS, n.peers)
-		ferr := c.doAttempt(ctx, n.cfg.ForwardTimeout, http.MethodPost, r.URL.Path, r.URL.Query(), body, &out, forwardHeader(r))
-		cancel()
+		moved, ferr := n.forward(r, nl, body, &out)
 		if ferr == nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusOK)
 			_, _ = w.Write(out)
 			return
 		}
+		if moved {
+			n.log.Info("leadership moved while forwarding; trying the new leader", "old", nl.LeaderID)
+			continue
+		}
 		if tryNext(ferr) {
 			n.log.Warn("forwarding to the leader failed", "leader", nl.LeaderID, "addr", nl.LeaderAdminAddr, "err", ferr)
 			ferr = &LeaderUnreachableError{LeaderID: nl.LeaderID, LeaderAddr: nl.LeaderAdminAddr, Cause: ferr}
 		}
 		err = ferr
+		break
 	}
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// forward sends the request to the leader nl names, bounded by
+// ForwardTimeout, and abandons it (moved) if raft's leader changes first.
+func (n *Node) forward(r *http.Request, nl *NotLeaderError, body, out any) (moved bool, err error) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var leaderMoved atomic.Bool
+	go func() {
+		t := time.NewTicker(25 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if id, _ := n.Leader(); id != nl.LeaderID && id != "" {
+				leaderMoved.Store(true)
+				cancel()
+				return
+			}
+		}
+	}()
+	c := newAdminClient([]string{nl.LeaderAdminAddr}, "", n.cfg.ClientTLS, n.peers)
+	err = c.doAttempt(ctx, n.cfg.ForwardTimeout, http.MethodPost, r.URL.Path, r.URL.Query(), body, out, forwardHeader(r))
+	return err != nil && leaderMoved.Load(), err
 }
 
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
@@ -403,15 +438,15 @@ func (n *Node) handleSelfJoin(w http.ResponseWriter, r *http.Request) {
 		if !TokensEqual(n.cfg.Token, got) {
 			n.tokenMu.Unlock()
 			n.log.Warn("refused a join order with another cluster's token", "remote", r.RemoteAddr)
-			writeError(w, fmt.Errorf("%w: node %s was started with its cluster's token and joins only with that token", ErrUnauthorized, n.id))
+			writeError(w, refuse(ErrUnauthorized, "cluster: node %s was started with its cluster's token and joins only with that token", n.id))
 			return
 		}
 	case !TokensEqual(n.joinSecret, r.Header.Get(headerJoinSecret)):
 		n.tokenMu.Unlock()
 		n.log.Warn("refused a join order without this node's join secret", "remote", r.RemoteAddr)
-		writeError(w, fmt.Errorf("%w: node %s waits to be added and obeys only a caller with its join secret "+
-			"(in %s on that node, or the one it was started with): pass --join-secret-file",
-			ErrUnauthorized, n.id, filepath.Join(n.cfg.DataDir, JoinSecretFile)))
+		writeError(w, refuse(ErrJoinSecret, "cluster: node %s waits to be added and obeys only a caller with its join secret "+
+			"(in <data-dir>/%s on that node, or the one it was started with): pass it with --join-secret-file",
+			n.id, JoinSecretFile))
 		return
 	default:
 		n.token = got

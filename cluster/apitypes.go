@@ -149,7 +149,7 @@ type HeartbeatResponse struct {
 type apiError struct {
 	Error string `json:"error"`
 	// Code is machine-readable: no_leader, not_leader, leader_unreachable,
-	// unauthorized, unknown_node, node_exists, node_removed,
+	// unauthorized, join_secret, unknown_node, node_exists, node_removed,
 	// no_eligible_nodes, bad_transition, address_in_use, not_owner,
 	// holds_data, bad_request, not_initialized, unsupported_version,
 	// closed, internal (see errorCodes).

@@ -27,7 +27,7 @@ import (
 func TestRequestsWithoutTokenAreRefused(t *testing.T) {
 	tc := newTestCluster(t)
 	n1, n2, n3 := tc.formThree()
-	ld := tc.leader()
+	ld := tc.waitLeader()
 	var follower *Node
 	for _, n := range []*Node{n1, n2, n3} {
 		if n != ld {

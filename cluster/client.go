@@ -21,6 +21,7 @@ var errorCodes = []struct {
 	code   string
 	status int
 }{
+	{ErrJoinSecret, "join_secret", http.StatusUnauthorized}, // before ErrUnauthorized, which it matches
 	{ErrUnauthorized, "unauthorized", http.StatusUnauthorized},
 	{ErrNotLeader, "not_leader", http.StatusMisdirectedRequest},
 	{ErrNoLeader, "no_leader", http.StatusServiceUnavailable},
@@ -334,28 +335,40 @@ func retryWrite(err error) bool {
 }
 
 // write sends a mutating request. It follows a leader hint, and retries
-// (bounded) while no leader is known or the leader does not answer.
+// (bounded) while no leader is known or the leader does not answer. If the
+// caller's deadline ends the retries, the error says what the last real
+// answer was.
 func (c *AdminClient) write(ctx context.Context, path string, q url.Values, in, out any) error {
 	deadline := time.Now().Add(writeRetryFor)
 	target := c
 	backoff := 50 * time.Millisecond
 	attempt := max(c.attempt, WriteAttemptTimeout)
+	var answer error // the last error that was not the caller's deadline
+	gaveUp := func(err error) error {
+		if answer != nil && answer != err && ctx.Err() != nil {
+			return fmt.Errorf("%w (retried until the caller's deadline: %w)", answer, ctx.Err())
+		}
+		return err
+	}
 	for {
 		err := target.doAttempt(ctx, attempt, http.MethodPost, path, q, in, out, nil)
+		if err != nil && ctx.Err() == nil {
+			answer = err
+		}
 		var nl *NotLeaderError
 		switch {
 		case errors.As(err, &nl) && nl.LeaderAdminAddr != "":
 			target = c.with([]string{nl.LeaderAdminAddr})
 		case retryWrite(err):
 			target = c
-		case tryNext(err) && target != c:
+		case tryNext(err) && target != c && ctx.Err() == nil:
 			// The hinted leader did not answer: ask the servers again.
 			target = c
 		default:
-			return err
+			return gaveUp(err)
 		}
 		if time.Now().After(deadline) || !sleepCtx(ctx, backoff) {
-			return err
+			return gaveUp(err)
 		}
 		backoff = min(2*backoff, time.Second)
 	}

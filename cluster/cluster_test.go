@@ -119,6 +119,9 @@ func (tc *testCluster) start(cfg Config, raftAddr string) *Node {
 	n, err := Start(cfg)
 	require.NoError(tc.t, err)
 	tc.nodes[n.ID()] = n
+	// Registered after the data directory's TempDir, so it runs first:
+	// the node stops writing before its directory is removed.
+	tc.t.Cleanup(func() { _ = n.shutdown(false) })
 	return n
 }
 
@@ -150,6 +153,14 @@ func (tc *testCluster) crash(n *Node) {
 func (tc *testCluster) waitFor(what string, cond func() bool) {
 	tc.t.Helper()
 	require.Eventually(tc.t, cond, 20*time.Second, 10*time.Millisecond, "waiting for: %s", what)
+}
+
+// waitLeader waits (bounded) for a node that leads and returns it.
+func (tc *testCluster) waitLeader() *Node {
+	tc.t.Helper()
+	var ld *Node
+	tc.waitFor("a leader", func() bool { ld = tc.leader(); return ld != nil })
+	return ld
 }
 
 func (tc *testCluster) leader() *Node {
@@ -293,7 +304,7 @@ func TestJoinAsNonVoterThenPromoted(t *testing.T) {
 
 	// The log shows n4 first as a non-voter, then as a voter.
 	var seen []string
-	for _, c := range configHistory(t, tc.leader()) {
+	for _, c := range configHistory(t, tc.waitLeader()) {
 		if s, ok := suffrageOf(c, "n4"); ok && (len(seen) == 0 || seen[len(seen)-1] != s.String()) {
 			seen = append(seen, s.String())
 		}
@@ -303,7 +314,7 @@ func TestJoinAsNonVoterThenPromoted(t *testing.T) {
 	// With MaxVoters reached, a fifth node stays a non-voter.
 	n5 := tc.join("n5", n4)
 	tc.waitFor("n5 up", func() bool { return tc.converged(5) })
-	v, nv := tc.leader().suffrages()
+	v, nv := tc.waitLeader().suffrages()
 	require.Equal(t, []NodeID{"n1", "n2", "n3", "n4"}, v)
 	require.Equal(t, []NodeID{"n5"}, nv)
 	require.Equal(t, StateUp, n5.Status().NodeState)
@@ -313,7 +324,7 @@ func TestJoinAsNonVoterThenPromoted(t *testing.T) {
 func TestLeaderKilledNewLeaderElected(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.formThree()
-	old := tc.leader()
+	old := tc.waitLeader()
 	require.NotNil(t, old)
 	epochBefore := old.Map().Epoch
 	clusterID := old.Map().ClusterID
@@ -362,7 +373,7 @@ func TestLeaderKilledNewLeaderElected(t *testing.T) {
 		return all[0].Map().Epoch == all[1].Map().Epoch && all[1].Map().Epoch == all[2].Map().Epoch
 	})
 	requireSameMap(t, all...)
-	v, _ := tc.leader().suffrages()
+	v, _ := tc.waitLeader().suffrages()
 	require.Len(t, v, 3)
 }
 
@@ -379,7 +390,11 @@ func TestRemovedNodeStopsReceivingUpdates(t *testing.T) {
 	require.Equal(t, StateRemoved, info.State)
 	require.Zero(t, m.PartitionCounts()["n4"])
 	tc.waitFor("n4 out of the raft configuration", func() bool {
-		_, in := suffrageOf(mustConfig(t, tc.leader()), "n4")
+		ld := tc.leader()
+		if ld == nil {
+			return false // an election (a loaded machine)
+		}
+		_, in := suffrageOf(mustConfig(t, ld), "n4")
 		return !in
 	})
 	tc.waitFor("n4 stopped raft", func() bool { return n4.raftStopped.Load() && n4.Status().RaftState == "Shutdown" })
@@ -466,7 +481,7 @@ func TestFailureDetectionAndWatch(t *testing.T) {
 func TestFollowerForwardsWritesAndHints(t *testing.T) {
 	tc := newTestCluster(t)
 	tc.formThree()
-	ld := tc.leader()
+	ld := tc.waitLeader()
 	var follower *Node
 	for _, n := range tc.nodes {
 		if n != ld {
@@ -498,7 +513,7 @@ func TestFollowerForwardsWritesAndHints(t *testing.T) {
 	require.NoError(t, err)
 	i, _ = m.Node(ld.ID())
 	require.Equal(t, StateRemoved, i.State)
-	require.NotEqual(t, ld.ID(), tc.leader().ID())
+	require.NotEqual(t, ld.ID(), tc.waitLeader().ID())
 }
 
 func TestSelfJoinThroughAdminAPI(t *testing.T) {

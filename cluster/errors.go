@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Each is wrapped with detail and checked with errors.Is;
@@ -10,6 +11,9 @@ import (
 var (
 	// ErrNotLeader: the call must run on the leader and this node is not it.
 	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrJoinSecret: a waiting node refused to be told to join without its
+	// join secret. It matches ErrUnauthorized too.
+	ErrJoinSecret = fmt.Errorf("%w: the waiting node's join secret is missing or wrong", ErrUnauthorized)
 	// ErrLeaderUnreachable: a follower could not reach the leader to forward
 	// a request (see LeaderUnreachableError).
 	ErrLeaderUnreachable = errors.New("cluster: the leader does not answer")
@@ -63,6 +67,22 @@ var (
 	ErrDataDirInUse = errors.New("cluster: data directory in use")
 )
 
+// refusal is an error whose text is its message alone but that matches a
+// sentinel: for refusals whose sentinel text would mislead (a waiting node
+// refusing a caller without its join secret is an ErrUnauthorized, but not
+// about the cluster token).
+type refusal struct {
+	msg string
+	is  error
+}
+
+func (e *refusal) Error() string { return e.msg }
+func (e *refusal) Unwrap() error { return e.is }
+
+func refuse(is error, format string, a ...any) error {
+	return &refusal{msg: fmt.Sprintf(format, a...), is: is}
+}
+
 // LeaderUnreachableError is a follower's answer when forwarding to the
 // leader failed: it names the leader and the cause. The request was not
 // applied by this leader unless it comes back, and the other voters elect
@@ -74,8 +94,13 @@ type LeaderUnreachableError struct {
 }
 
 func (e *LeaderUnreachableError) Error() string {
-	return fmt.Sprintf("cluster: the leader %s at %s does not answer (%v); the other voters elect a new leader if it stays silent: retry in a few seconds",
-		e.LeaderID, e.LeaderAddr, e.Cause)
+	cause := fmt.Sprint(e.Cause)
+	var ue *unreachableError
+	if errors.As(e.Cause, &ue) {
+		cause = strings.Join(ue.causes, "; ")
+	}
+	return fmt.Sprintf("cluster: the leader %s at %s does not answer (%s); the other voters elect a new leader if it stays silent: retry in a few seconds",
+		e.LeaderID, e.LeaderAddr, cause)
 }
 
 // Unwrap makes errors.Is(err, ErrLeaderUnreachable) true.

@@ -303,3 +303,116 @@ func TestRedact(t *testing.T) {
 		require.NotZero(t, n.Region.RKey, "Redact must not touch the original")
 	}
 }
+
+// ownedBy returns the first k partitions node id owns in m.
+func ownedBy(m *Map, id NodeID, k int) []uint32 {
+	var out []uint32
+	for p, o := range m.Partitions {
+		if o == id && len(out) < k {
+			out = append(out, uint32(p))
+		}
+	}
+	return out
+}
+
+func pinAll(t *testing.T, m *Map, id NodeID, ps []uint32) *Map {
+	for _, p := range ps {
+		m = mustApply(t, m, Command{Type: CmdPin, Pin: &PinCommand{Partition: p, Node: id}})
+	}
+	return m
+}
+
+func TestPinCommands(t *testing.T) {
+	base := testMap(t, 12, "a", "b", "c")
+	bParts := ownedBy(base, "b", 4)
+	require.Len(t, bParts, 4)
+	cPart := ownedBy(base, "c", 1)[0]
+	pinned := pinAll(t, base, "b", bParts[:3])
+	joining := mustApply(t, pinned, Command{Type: CmdAddNode, Node: ptr(info("d"))})
+	pin := func(p uint32, id NodeID) Command {
+		return Command{Type: CmdPin, Pin: &PinCommand{Partition: p, Node: id}}
+	}
+	tests := map[string]struct {
+		m       *Map
+		c       Command
+		wantErr error
+		check   func(t *testing.T, before, after *Map)
+	}{
+		"pin by the owner": {m: base, c: pin(bParts[0], "b"), check: func(t *testing.T, before, after *Map) {
+			require.Equal(t, []uint32{bParts[0]}, after.Pinned)
+			require.Equal(t, before.Partitions, after.Partitions)
+			require.Equal(t, before.Epoch+1, after.Epoch)
+		}},
+		"pin by another node":   {m: base, c: pin(cPart, "b"), wantErr: ErrNotOwner},
+		"pin beyond the table":  {m: base, c: pin(12, "b"), wantErr: ErrBadRequest},
+		"pin an unknown node's": {m: base, c: pin(cPart, "zz"), wantErr: ErrNotOwner},
+		"drain with data":       {m: pinned, c: Command{Type: CmdDrain, Target: "b"}, wantErr: ErrHoldsData},
+		"remove with data":      {m: pinned, c: Command{Type: CmdRemove, Target: "b"}, wantErr: ErrHoldsData},
+		"drain another node":    {m: pinned, c: Command{Type: CmdDrain, Target: "c"}, check: keepsPinned},
+		"forced remove loses the data": {m: pinned, c: Command{Type: CmdRemove, Target: "b", Force: true}, check: func(t *testing.T, before, after *Map) {
+			require.Empty(t, after.Pinned, "b's pins go with it")
+			require.Zero(t, after.PartitionCounts()["b"])
+			checkBalanced(t, after.Partitions, []NodeID{"a", "c"})
+		}},
+		"forced remove of a node without data": {m: pinned, c: Command{Type: CmdRemove, Target: "c", Force: true}, check: keepsPinned},
+		"a new node gets unpinned partitions only": {m: joining, c: Command{Type: CmdSetState, SetState: &SetStateCommand{ID: "d", State: StateUp}}, check: func(t *testing.T, before, after *Map) {
+			keepsPinned(t, before, after)
+			// 9 unpinned partitions over 4 nodes: 2 or 3 each; d gets 2.
+			checkBalancedUnpinned(t, after, []NodeID{"a", "b", "c", "d"})
+			require.Equal(t, 2, after.PartitionCounts()["d"])
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			before := tc.m.Clone()
+			after, err := applyCommand(tc.m, tc.c)
+			require.Equal(t, before, tc.m, "applyCommand must not modify its input")
+			if tc.wantErr != nil {
+				require.ErrorIs(t, err, tc.wantErr)
+				require.Nil(t, after)
+				t.Log(err)
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, after.Validate())
+			require.Equal(t, tc.m.Epoch+1, after.Epoch)
+			tc.check(t, tc.m, after)
+		})
+	}
+	// Pinning a pinned partition changes nothing, not even the epoch.
+	again, err := applyCommand(pinned, pin(bParts[0], "b"))
+	require.NoError(t, err)
+	require.Same(t, pinned, again)
+	// The refusal names the owner.
+	_, err = applyCommand(base, pin(cPart, "b"))
+	var no *NotOwnerError
+	require.ErrorAs(t, err, &no)
+	require.Equal(t, NotOwnerError{Partition: cPart, Owner: "c", Requester: "b"}, *no)
+	_, err = applyCommand(pinned, Command{Type: CmdDrain, Target: "b"})
+	require.EqualError(t, err, "cluster: node b holds file-system data in 3 partitions; moving partitions with their data is not built yet; "+
+		"keep b in the cluster (restart it if it is down), or, if it is gone for good, remove it with `octoctl remove b --force-lose-data`, "+
+		"which loses the files stored in those 3 partitions")
+}
+
+// checkBalancedUnpinned checks that each eligible node owns floor(U/N) or
+// ceil(U/N) of the U unpinned partitions.
+func checkBalancedUnpinned(t *testing.T, m *Map, eligible []NodeID) {
+	t.Helper()
+	var unpinned []NodeID
+	for p, id := range m.Partitions {
+		if !m.IsPinned(uint32(p)) {
+			unpinned = append(unpinned, id)
+		}
+	}
+	checkBalanced(t, unpinned, eligible)
+}
+
+// keepsPinned checks that every partition pinned before is pinned after,
+// to the same owner.
+func keepsPinned(t *testing.T, before, after *Map) {
+	t.Helper()
+	require.Equal(t, before.Pinned, after.Pinned)
+	for _, p := range before.Pinned {
+		require.Equal(t, before.Partitions[p], after.Partitions[p], "pinned partition %d moved", p)
+	}
+}

@@ -135,8 +135,15 @@ func (n *Node) apply(c Command) (*Map, error) {
 	}
 	f := n.raft.Apply(b, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		// Each of these refusals comes before the entry is committed, so
+		// the caller may retry (elsewhere).
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return nil, n.notLeader()
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, fmt.Errorf("%w (the leader could not take the change within %v)", ErrNoLeader, n.cfg.ApplyTimeout)
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, ErrClosed
 		}
 		return nil, fmt.Errorf("cluster: raft apply: %w", err)
 	}

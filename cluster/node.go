@@ -290,10 +290,12 @@ func Start(cfg Config) (n *Node, err error) {
 		beats:    map[NodeID]*heartbeatRecord{},
 		peers:    newHTTPClient(cfg.ClientTLS),
 	}
-	// Undo whatever was opened if a later step fails.
+	// Undo whatever was opened if a later step fails. (The named result is
+	// nil by then: returning nil, err sets it.)
+	started := n
 	defer func() {
 		if err != nil {
-			n.shutdown(false)
+			started.shutdown(false)
 		}
 	}()
 
@@ -356,6 +358,14 @@ func Start(cfg Config) (n *Node, err error) {
 		MaxPool: 3,
 		Timeout: 10 * time.Second,
 		Logger:  newHclog(n.log, "raft-net"),
+		// One RPC in flight per peer turns raft's pipelined replication
+		// off. With pipelining, a follower's refusal (a newer term, after a
+		// leadership change) can end the pipeline's decoder while the
+		// sender waits to hand it the next request: the replication
+		// goroutine then blocks forever and raft.Shutdown never returns
+		// (TestRaftIdleConnectionsAreReplaced hung that way, one run in a
+		// few). The map changes rarely; synchronous replication is plenty.
+		MaxRPCsInFlight: 1,
 	})
 
 	// Admin listener (before raft, so our address is known).
@@ -406,21 +416,24 @@ func Start(cfg Config) (n *Node, err error) {
 		n.log.Info("bootstrapped a new cluster", "token_file", filepath.Join(cfg.DataDir, TokenFile), "raft_ca", filepath.Join(cfg.DataDir, tlsDir, caCertFile))
 	}
 
+	waiting := !hasState && !cfg.Bootstrap && len(cfg.Join) == 0
+	if waiting {
+		// Before the admin API serves: it reads the join secret.
+		if err := n.waitToBeAdded(); err != nil {
+			return nil, err
+		}
+	}
 	n.startAdmin()
 	n.goRun(n.watchLeadership)
 	n.goRun(n.heartbeatLoop)
 	n.goRun(n.watchSelfRemoval)
 	n.goRun(n.snapshotLoop)
-	if !hasState && !cfg.Bootstrap {
-		if len(cfg.Join) > 0 {
-			n.goRun(func() {
-				if err := n.joinCluster(n.ctx, cfg.Join); err != nil {
-					n.fail(err)
-				}
-			})
-		} else if err := n.waitToBeAdded(); err != nil {
-			return nil, err
-		}
+	if !hasState && !cfg.Bootstrap && !waiting {
+		n.goRun(func() {
+			if err := n.joinCluster(n.ctx, cfg.Join); err != nil {
+				n.fail(err)
+			}
+		})
 	}
 	return n, nil
 }
@@ -600,14 +613,14 @@ func (n *Node) raftPeerAllowed(id NodeID, dialed string) error {
 	info, ok := m.Node(id)
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: raft peer %s is not a member of this cluster", ErrUnauthorized, id)
+		return refuse(ErrUnauthorized, "cluster: raft peer %s is not a member of this cluster", id)
 	case info.State == StateRemoved:
-		return fmt.Errorf("%w: raft peer %s was removed from the cluster", ErrUnauthorized, id)
+		return refuse(ErrUnauthorized, "cluster: raft peer %s was removed from the cluster", id)
 	}
 	if dialed != "" && info.RaftAddr != dialed {
 		for _, o := range m.Nodes {
 			if o.RaftAddr == dialed && o.State != StateRemoved {
-				return fmt.Errorf("%w: the raft peer at %s presented the certificate of %s, but the map places %s there", ErrUnauthorized, dialed, id, o.ID)
+				return refuse(ErrUnauthorized, "cluster: the raft peer at %s presented the certificate of %s, but the map places %s there", dialed, id, o.ID)
 			}
 		}
 	}
@@ -714,7 +727,14 @@ func (n *Node) shutdown(graceful bool) error {
 			n.adminLn.Close()
 		}
 		if n.raft != nil {
-			if err := n.raft.Shutdown().Error(); err != nil {
+			// Close the transport before waiting for raft's goroutines: one
+			// may be waiting on a peer that does not answer (a stopped
+			// process) for the whole RPC timeout.
+			f := n.raft.Shutdown()
+			if n.transport != nil {
+				n.transport.Close()
+			}
+			if err := f.Error(); err != nil {
 				errs = append(errs, err)
 			}
 		}

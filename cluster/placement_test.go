@@ -233,3 +233,61 @@ func TestMapPlacementFunctions(t *testing.T) {
 	_, err = (&Map{}).ChunkOwner(1, 1)
 	require.ErrorIs(t, err, ErrNotInitialized)
 }
+
+// TestRebalancePinnedProperty: with some partitions pinned (to eligible
+// owners, as the map guarantees), rebalancing never moves a pinned
+// partition, balances the unpinned ones to floor or ceil of U/N per node,
+// moves the fewest of them that allows (the brute-force minimum over the
+// unpinned sub-table), and a second rebalance moves nothing.
+func TestRebalancePinnedProperty(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	pool := ids(8)
+	for iter := range 500 {
+		p := 1 + r.IntN(300)
+		var eligible []NodeID
+		for _, id := range pool {
+			if r.IntN(3) > 0 {
+				eligible = append(eligible, id)
+			}
+		}
+		if len(eligible) == 0 {
+			eligible = pool[:1]
+		}
+		table := make([]NodeID, p)
+		var pinned []uint32
+		for i := range table {
+			table[i] = pool[r.IntN(len(pool))]
+			// Pin up to about a third, only on eligible owners.
+			if slices.Contains(eligible, table[i]) && r.IntN(3) == 0 {
+				pinned = append(pinned, uint32(i))
+			}
+		}
+		next, moved, err := rebalancePinned(table, pinned, eligible)
+		require.NoError(t, err)
+		var sub, subNext []NodeID
+		for i := range table {
+			if _, ok := slices.BinarySearch(pinned, uint32(i)); ok {
+				require.Equal(t, table[i], next[i], "iter %d: pinned partition %d moved", iter, i)
+				continue
+			}
+			sub = append(sub, table[i])
+			subNext = append(subNext, next[i])
+		}
+		checkBalanced(t, subNext, eligible)
+		require.Equal(t, bruteMinimumMoves(sub, eligible), moved, "iter %d", iter)
+		diff := 0
+		for i := range next {
+			if next[i] != table[i] {
+				diff++
+			}
+		}
+		require.Equal(t, moved, diff)
+		again, moved2, err := rebalancePinned(next, pinned, eligible)
+		require.NoError(t, err)
+		require.Zero(t, moved2)
+		require.Equal(t, next, again)
+	}
+	// A pinned partition of an ineligible owner is refused, not moved.
+	_, _, err := rebalancePinned([]NodeID{"a", "b"}, []uint32{1}, []NodeID{"a"})
+	require.ErrorIs(t, err, ErrHoldsData)
+}

@@ -83,7 +83,7 @@ type Storage struct {
 
 // OpenStorage opens (or creates) the region, opens the RDMA device and
 // starts listening; nothing is served until Serve.
-func OpenStorage(cfg StorageConfig) (s *Storage, err error) {
+func OpenStorage(cfg StorageConfig) (_ *Storage, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -93,10 +93,13 @@ func OpenStorage(cfg StorageConfig) (s *Storage, err error) {
 	if cfg.Provider == "" {
 		cfg.Provider = provider.Default
 	}
-	s = &Storage{cfg: cfg, log: cfg.Logger}
+	s := &Storage{cfg: cfg, log: cfg.Logger}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	// s, not a named result: an error return sets the result to nil, and
+	// what was opened must still be released.
 	defer func() {
 		if err != nil {
+			s.cancel()
 			s.release()
 		}
 	}()
@@ -127,7 +130,7 @@ func OpenStorage(cfg StorageConfig) (s *Storage, err error) {
 		return nil, fmt.Errorf("RDMA: %w", err)
 	}
 	if s.ln, err = rdma.Listen(s.pd, cfg.Addr); err != nil {
-		return nil, fmt.Errorf("%w (is another node using RDMA address %s?)", err, cfg.Addr)
+		return nil, err
 	}
 	if s.export, err = dataplane.NewExport(dataplane.ExportConfig{
 		Region: s.region, Device: s.dev, Token: s.clusterToken, Incarnation: s.incarnation, Logger: s.log,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -164,4 +165,150 @@ func TestClusterCommands(t *testing.T) {
 
 func writeFile(path, s string) error {
 	return os.WriteFile(path, []byte(s), 0o600)
+}
+
+// blackhole accepts connections and never answers, like a stopped
+// (SIGSTOP) node; it returns its address.
+func blackhole(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestStoppedFirstServer: octoctl moves on from a --server that does not
+// answer after --attempt-timeout, and when none answers it names each.
+func TestStoppedFirstServer(t *testing.T) {
+	n1 := ctlNode(t, "n1", func(c *cluster.Config) { c.Bootstrap = true })
+	require.Eventually(t, func() bool { return n1.Status().CaughtUp }, 20*time.Second, 20*time.Millisecond)
+	frozen := blackhole(t)
+	start := time.Now()
+	out, err := runCtl(t, "status", "--server", frozen+","+n1.AdminAddr(), "--attempt-timeout", "1s")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "Answered by  n1")
+	t.Logf("status with a stopped first --server took %v", time.Since(start).Round(time.Millisecond))
+	require.Less(t, time.Since(start), 5*time.Second)
+
+	_, err = runCtl(t, "status", "--server", frozen, "--attempt-timeout", "1s")
+	require.ErrorIs(t, err, cluster.ErrUnreachable)
+	require.Contains(t, err.Error(), frozen+": no answer within 1s (the process may be stopped or overloaded)")
+	require.Contains(t, err.Error(), "check --server")
+	t.Log(err)
+}
+
+// TestNotCaughtUpFails: a node restarted without quorum is shown, marked,
+// and octoctl exits non-zero, so a script does not take its view for the
+// cluster's.
+func TestNotCaughtUpFails(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	n1 := ctlNode(t, "n1", func(c *cluster.Config) { c.Bootstrap = true; c.DataDir = dir })
+	tok := n1.Token()
+	n2 := ctlNode(t, "n2", func(c *cluster.Config) { c.Join = []string{n1.AdminAddr()}; c.Token = tok })
+	require.Eventually(t, func() bool { s := n1.Status(); return len(s.Voters) == 2 && s.NodeStates[cluster.StateUp] == 2 }, 20*time.Second, 20*time.Millisecond)
+	epoch := n1.Map().Epoch
+	require.NoError(t, n2.Close())
+	require.NoError(t, n1.Close())
+	n1 = ctlNode(t, "n1", func(c *cluster.Config) { c.DataDir = dir })
+	srv := "--server=" + n1.AdminAddr()
+	out, err := runCtl(t, "status", srv)
+	require.ErrorIs(t, err, cluster.ErrNotCaughtUp)
+	require.Contains(t, out, "NOT CAUGHT UP: no leader in reach")
+	require.Contains(t, out, fmt.Sprintf("Epoch        %d", epoch), "the epoch it had, not 0")
+	require.Contains(t, err.Error(), "ask another node with --server")
+	t.Logf("octoctl status: %v", err)
+	out, err = runCtl(t, "map", srv)
+	require.ErrorIs(t, err, cluster.ErrNotCaughtUp)
+	require.Contains(t, out, "STALE: ")
+}
+
+// TestTokenFlagWarns: --token works but warns that ps shows it.
+func TestTokenFlagWarns(t *testing.T) {
+	n1 := ctlNode(t, "n1", func(c *cluster.Config) { c.Bootstrap = true })
+	require.Eventually(t, func() bool { return n1.Status().CaughtUp }, 20*time.Second, 20*time.Millisecond)
+	out, err := runCtl(t, "map", "--server", n1.AdminAddr(), "--token", n1.Token())
+	require.NoError(t, err)
+	require.Contains(t, out, "warning: --token shows the cluster token to every user of this machine (ps, /proc); use --token-file FILE or OCTOFS_TOKEN instead")
+}
+
+// TestPinnedDataInOctoctl: pinned counts in status, nodes and map; drain
+// and remove of a node with data refused with what to do; a forced
+// removal says what was lost.
+func TestPinnedDataInOctoctl(t *testing.T) {
+	n1 := ctlNode(t, "n1", func(c *cluster.Config) { c.Bootstrap = true })
+	tok := n1.Token()
+	n2 := ctlNode(t, "n2", func(c *cluster.Config) { c.Join = []string{n1.AdminAddr()}; c.Token = tok })
+	require.Eventually(t, func() bool {
+		return n1.Status().NodeStates[cluster.StateUp] == 2 && n2.Map().PartitionCounts()["n2"] == 16
+	}, 20*time.Second, 20*time.Millisecond)
+	ctx := context.Background()
+	var mine []uint32
+	for p, o := range n2.Map().Partitions {
+		if o == "n2" && len(mine) < 3 {
+			mine = append(mine, uint32(p))
+		}
+	}
+	for _, p := range mine {
+		require.NoError(t, n2.PinPartition(ctx, p))
+	}
+	require.Eventually(t, func() bool { return len(n1.Map().Pinned) == 3 }, 10*time.Second, 10*time.Millisecond)
+	tokFile := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, writeFile(tokFile, tok))
+	srv := "--server=" + n1.AdminAddr()
+	for name, tc := range map[string]struct {
+		args []string
+		want []string
+	}{
+		"status": {[]string{"status", srv}, []string{"Partitions   32 (3 pinned: hold file-system data)"}},
+		"nodes":  {[]string{"nodes", srv}, []string{"PINNED", "n2  up     voter           16          3 "}},
+		"map":    {[]string{"map", srv, "--partitions"}, []string{"32 partitions, 3 pinned", "n2  up", "PARTITIONS  OWNER  PINNED", "yes"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := runCtl(t, tc.args...)
+			require.NoError(t, err, out)
+			for _, w := range tc.want {
+				require.Contains(t, out, w)
+			}
+		})
+	}
+	for _, cmd := range []string{"drain", "remove"} {
+		_, err := runCtl(t, cmd, "n2", srv, "--token-file", tokFile)
+		require.ErrorIs(t, err, cluster.ErrHoldsData)
+		require.Contains(t, err.Error(), "node n2 holds file-system data in 3 partitions; moving partitions with their data is not built yet; keep n2 in the cluster")
+		require.Contains(t, err.Error(), "`octoctl remove n2 --force-lose-data`")
+		t.Logf("octoctl %s n2: %v", cmd, err)
+	}
+	out, err := runCtl(t, "remove", "n2", srv, "--token-file", tokFile, "--force-lose-data")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "node n2 removed at epoch")
+	require.Contains(t, out, fmt.Sprintf("file-system data in 3 partitions was lost with n2: %s", partitionList(mine)))
+	t.Logf("octoctl remove n2 --force-lose-data:\n%s", out)
+}
+
+func TestPartitionList(t *testing.T) {
+	for want, ps := range map[string][]uint32{
+		"":           nil,
+		"7":          {7},
+		"0-3,7,9-12": {0, 1, 2, 3, 7, 9, 10, 11, 12},
+		"1,3":        {1, 3},
+	} {
+		require.Equal(t, want, partitionList(ps))
+	}
 }

@@ -120,6 +120,8 @@ func explain(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, cluster.ErrJoinSecret):
+		return err
 	case errors.Is(err, cluster.ErrUnauthorized):
 		return fmt.Errorf("%w; pass the cluster token with --token-file <data-dir>/token or OCTOFS_TOKEN", err)
 	case errors.Is(err, cluster.ErrUnreachable):
@@ -164,11 +166,11 @@ func staleAnswer(v any) error {
 	switch v := v.(type) {
 	case *cluster.Status:
 		if v.Joined && !v.CaughtUp {
-			why = fmt.Sprintf("node %s has not caught up with the cluster: %s", v.NodeID, v.NotCaughtUp)
+			why = fmt.Sprintf("%s: %s", v.NodeID, v.NotCaughtUp)
 		}
 	case *cluster.Map:
 		if v.Stale {
-			why = "the answering node has not caught up with the cluster: " + v.StaleReason
+			why = v.StaleReason
 		}
 	case *cluster.NodesResponse:
 		if v.Stale {
@@ -178,7 +180,7 @@ func staleAnswer(v any) error {
 	if why == "" {
 		return nil
 	}
-	return fmt.Errorf("%w: %s; ask another node with --server, or check that a majority of the voters runs", cluster.ErrNotCaughtUp, why)
+	return fmt.Errorf("%w (%s); ask another node with --server, or check that a majority of the voters runs", cluster.ErrNotCaughtUp, why)
 }
 
 func printJSON(w io.Writer, v any) error {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"syscall"
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/node"
@@ -44,6 +46,9 @@ func openPmemStorage(o *serveOptions, _ func() string, log *slog.Logger) (storag
 		Provider: so.rdmaProvider, Device: so.rdmaDevice, Addr: so.rdmaAddr, SoftAddr: so.softAddr,
 		Logger: log,
 	})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%w (is another node using --rdma-addr %s? give this one another)", err, so.rdmaAddr)
+	}
 	if err != nil {
 		return nil, err
 	}
