@@ -206,6 +206,35 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	return st
 }
 
+// Write and Writev (which go-fuse tries first) clear setuid and setgid
+// before a write that the kernel marks FUSE_WRITE_KILL_SUIDGID (a writer
+// without CAP_FSETID, to a file whose mode has them: HANDLE_KILLPRIV_V2
+// leaves that to the file system). The write's commit at close clears
+// them too, but Linux clears them at the write, and the kernel asks for
+// the attributes right after it.
+func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	if st := r.killPrivs(in); st != fuse.OK {
+		return 0, st
+	}
+	return r.RawFileSystem.Write(cancel, in, data)
+}
+
+func (r *rawFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if st := r.killPrivs(in); st != fuse.OK {
+		return 0, st
+	}
+	return r.RawFileSystem.Writev(cancel, in, data)
+}
+
+func (r *rawFS) killPrivs(in *fuse.WriteIn) fuse.Status {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
+		return fuse.OK
+	}
+	ctx := &fuse.Context{Caller: in.Caller} // not interruptible: see detach
+	_, err := r.fsys.c.SetAttr(ctx, r.fsys.creds.cred(ctx), in.NodeId, client.SetAttrIn{Valid: client.SetKillSuidGid})
+	return fuse.Status(errno(r.fsys.log, "write-killpriv", err))
+}
+
 // noteLocker records that h took POSIX locks for owner.
 func (fsys *FS) noteLocker(h *handle, owner uint64) {
 	h.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Case is one conformance case: a script of system calls run in a fresh
@@ -88,6 +89,8 @@ type Result struct {
 	// Err is a malformed script or an executor failure (not a file system
 	// answer): the case is broken, not the file system.
 	Err string
+	// Elapsed is how long the case took.
+	Elapsed time.Duration
 }
 
 // Diff compares got with want (the reference) and describes every
@@ -109,7 +112,7 @@ func Diff(c Case, want, got Result) []string {
 			g = got.Steps[i]
 		}
 		if w != g {
-			out = append(out, fmt.Sprintf("step %d %q: reference %s, octofs %s", i+1, line, w, g))
+			out = append(out, fmt.Sprintf("step %d %q: reference %s, octofs %s", i+1, line, short(w), short(g)))
 		}
 	}
 	wt := map[string]string{}
@@ -137,11 +140,11 @@ func Diff(c Case, want, got Result) []string {
 		g, gok := gt[p]
 		switch {
 		case !wok:
-			out = append(out, fmt.Sprintf("afterwards %s: reference has no such entry, octofs %s", p, g))
+			out = append(out, fmt.Sprintf("afterwards %s: reference has no such entry, octofs %s", short(p), g))
 		case !gok:
-			out = append(out, fmt.Sprintf("afterwards %s: reference %s, octofs has no such entry", p, w))
+			out = append(out, fmt.Sprintf("afterwards %s: reference %s, octofs has no such entry", short(p), w))
 		case w != g:
-			out = append(out, fmt.Sprintf("afterwards %s: reference %s, octofs %s", p, w, g))
+			out = append(out, fmt.Sprintf("afterwards %s: reference %s, octofs %s", short(p), w, g))
 		}
 	}
 	return out
@@ -172,4 +175,13 @@ func CheckWants(c Case, ref Result) []string {
 		}
 	}
 	return out
+}
+
+// short abbreviates what is too long to read in a report (the paths of
+// the PATH_MAX cases, long values).
+func short(s string) string {
+	if len(s) <= 160 {
+		return s
+	}
+	return fmt.Sprintf("%s...(%d bytes)...%s", s[:60], len(s), s[len(s)-60:])
 }

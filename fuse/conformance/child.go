@@ -59,14 +59,18 @@ func ServeChild(in io.Reader, out io.Writer, parallel int) int {
 			fmt.Fprintln(os.Stderr, "conformance child: bad request:", err)
 			return 2
 		}
-		sem <- struct{}{}
+		// Requests are read as they come, whatever is running: the
+		// parent may be blocked writing the next one.
 		wg.Go(func() {
+			sem <- struct{}{}
 			defer func() { <-sem }()
 			res := make(chan Result, 1)
 			// RunCase locks its goroutine's thread for good; it gets a
 			// goroutine of its own.
+			start := time.Now()
 			go func() { res <- RunCase(req.Dir, req.Steps) }()
 			r := <-res
+			r.Elapsed = time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
 			if err := enc.Encode(response{ID: req.ID, Result: r}); err != nil {
@@ -89,8 +93,12 @@ type Runner struct {
 	stdin  io.WriteCloser
 	stderr bytes.Buffer
 
-	mu      sync.Mutex
+	// wmu orders requests on stdin; mu guards the rest. They are
+	// separate so that a write blocked on a full pipe never holds up the
+	// reader.
+	wmu     sync.Mutex
 	enc     *json.Encoder
+	mu      sync.Mutex
 	next    int
 	pending map[int]chan Result
 	dead    error
@@ -182,8 +190,10 @@ func (r *Runner) Run(ctx context.Context, dir string, steps []string) Result {
 	r.next++
 	id := r.next
 	r.pending[id] = ch
-	err := r.enc.Encode(request{ID: id, Dir: dir, Steps: steps})
 	r.mu.Unlock()
+	r.wmu.Lock()
+	err := r.enc.Encode(request{ID: id, Dir: dir, Steps: steps})
+	r.wmu.Unlock()
 	if err != nil {
 		r.fail(fmt.Errorf("%w: write: %v", ErrChild, err))
 	}

@@ -65,6 +65,7 @@ func RunCase(dir string, steps []string) Result {
 	}
 	unix.Umask(0)
 	x := &executor{dir: dir, fds: map[string]int{}, snaps: map[string]times{}, clockRes: coarseRes()}
+	defer x.closeAll()
 	for _, line := range steps {
 		s, err := ParseStep(line)
 		if err != nil {
@@ -78,9 +79,7 @@ func RunCase(dir string, steps []string) Result {
 		}
 		r.Steps = append(r.Steps, out)
 	}
-	for _, fd := range x.fds {
-		unix.Close(fd)
-	}
+	x.closeAll()
 	tree, err := walkTree()
 	if err != nil {
 		r.Err = fmt.Sprintf("walking the result: %v", err)
@@ -88,6 +87,14 @@ func RunCase(dir string, steps []string) Result {
 	}
 	r.Tree = tree
 	return r
+}
+
+// closeAll closes the descriptors the case left open.
+func (x *executor) closeAll() {
+	for k, fd := range x.fds {
+		unix.Close(fd)
+		delete(x.fds, k)
+	}
 }
 
 // run runs one step as its user and returns the answer.
@@ -287,7 +294,7 @@ func statFields(st *unix.Stat_t, fields string) (string, error) {
 		case "type":
 			out = append(out, typeNames[st.Mode&unix.S_IFMT])
 		case "mode":
-			out = append(out, fmt.Sprintf("0%o", st.Mode&0o7777))
+			out = append(out, fmt.Sprintf("%#o", st.Mode&0o7777))
 		case "uid":
 			out = append(out, strconv.FormatUint(uint64(st.Uid), 10))
 		case "gid":
@@ -332,7 +339,7 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 		"create": 2, "open": 2, "mkdir": 2, "rmdir": 1, "unlink": 1, "mkfifo": 2, "mknod": 5,
 		"link": 2, "linkat_follow": 2, "symlink": 2, "readlink": 1, "rename": 2, "rename2": 3,
 		"chmod": 2, "lchmod": 2, "chown": 3, "lchown": 3, "truncate": 2, "utimensat": 3, "utimes_null": 1,
-		"access": 2, "stat": 1, "lstat": 1, "snap": 1, "times": 1,
+		"access": 2, "stat": 1, "lstat": 1, "snap": 1, "times": 1, "atime": 1,
 		"write": 2, "append": 2, "pwrite": 3, "read": 1, "readat": 3, "fill": 3, "sum": 1,
 		"setxattr": 3, "lsetxattr": 3, "getxattr": 2, "lgetxattr": 2, "listxattr": 1, "llistxattr": 1,
 		"removexattr": 2, "lremovexattr": 2,
@@ -511,12 +518,16 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 		}
 		x.snapshot(a[0], &st)
 		return "", nil
-	case "times":
+	case "times", "atime": // path [snapshot name, default the path]
 		var st unix.Stat_t
 		if err := unix.Lstat(a[0], &st); err != nil {
 			return "", err
 		}
-		return x.changed(a[0], &st)
+		key := a[0]
+		if len(a) > 1 {
+			key = a[1]
+		}
+		return x.changed(key, &st, op == "atime")
 	case "write", "append":
 		flags := unix.O_WRONLY | unix.O_CLOEXEC
 		if op == "append" {
@@ -526,8 +537,8 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 		if e != nil {
 			return "", e
 		}
-		defer unix.Close(fd)
 		if _, e := unix.Write(fd, []byte(a[1])); e != nil {
+			unix.Close(fd)
 			return "", e
 		}
 		return "", unix.Close(fd)
@@ -548,8 +559,8 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 		if e != nil {
 			return "", e
 		}
-		defer unix.Close(fd)
 		if _, e := unix.Pwrite(fd, data, off); e != nil {
+			unix.Close(fd)
 			return "", e
 		}
 		return "", unix.Close(fd)
@@ -786,7 +797,7 @@ func (x *executor) fdOp(op string, a []string) (string, error) {
 			x.snapshot("fd:"+a[0], &st)
 			return "", nil
 		case "ftimes":
-			return x.changed("fd:"+a[0], &st)
+			return x.changed("fd:"+a[0], &st, false)
 		}
 		fields := defaultFields
 		if len(a) > 1 {
@@ -857,8 +868,10 @@ func (x *executor) snapshot(key string, st *unix.Stat_t) {
 }
 
 // changed describes how st's times moved since the snapshot under key:
-// "a- m+ c+" (- unchanged, + later, < earlier) for atime, mtime, ctime.
-func (x *executor) changed(key string, st *unix.Stat_t) (string, error) {
+// "m+ c-" for mtime and ctime (- unchanged, + later, < earlier), or "a+"
+// for atime alone. atime is apart because its updates follow the mount's
+// atime rules (relatime), which are not what most cases are about.
+func (x *executor) changed(key string, st *unix.Stat_t, atime bool) (string, error) {
 	s, ok := x.snaps[key]
 	if !ok {
 		return "", fmt.Errorf("%w: no snapshot of %q", ErrScript, key)
@@ -872,7 +885,10 @@ func (x *executor) changed(key string, st *unix.Stat_t) (string, error) {
 		}
 		return "<"
 	}
-	return "a" + mark(s.a, st.Atim) + " m" + mark(s.m, st.Mtim) + " c" + mark(s.c, st.Ctim), nil
+	if atime {
+		return "a" + mark(s.a, st.Atim), nil
+	}
+	return "m" + mark(s.m, st.Mtim) + " c" + mark(s.c, st.Ctim), nil
 }
 
 func coarseRes() time.Duration {
