@@ -6,6 +6,25 @@ import "fmt"
 // stamps, writes, setgid and sticky directories, long names, and mdtest's
 // storms.
 
+func accessCases() []Case {
+	return []Case{
+		c("access/owner, group and other bits", mkAs("regular", "f", "65534 65534"), "root chmod f 0640",
+			"nobody access f rw => 0", "nobody access f x => EACCES", "member access f r => 0",
+			"member access f w => EACCES", "primary access f r => 0", "other access f r => EACCES",
+			"other access f f => 0"),
+		c("access/root", "root create f 0600", "root access f rw => 0", "root access f x => EACCES",
+			"root chmod f 0601", "root access f x => 0", "root chmod f 0", "root access f rw => 0",
+			"root mkdir d 0", "root access d rwx => 0"),
+		c("access/classes are exclusive", mkAs("regular", "f", "65534 65534"), "root chmod f 0077",
+			"nobody access f r => EACCES", "member access f rwx => 0", "other access f rwx => 0"),
+		c("access/of a symlink follows it", "root create f 0600", "root symlink f l", "nobody access l r => EACCES",
+			"root chmod f 0604", "nobody access l r => 0", "root symlink nothing dangling",
+			"root access dangling f => ENOENT"),
+		c("access/path errors", "root access nothing f => ENOENT", "root create f 0644", "root access f/x f => ENOTDIR",
+			"root mkdir d 0700", "root create d/g 0666", "nobody access d/g r => EACCES"),
+	}
+}
+
 func xattrCases() []Case {
 	return []Case{
 		c("xattr/set, get, list and remove", "root create f 0644", "root snap f",
@@ -246,6 +265,7 @@ func namesCases() []Case {
 			"root create a\\b 0644 => 0", "root create .hidden 0644 => 0", "root create ... 0644 => 0",
 			"root create $TAB 0644 => 0", "root create $NL 0644 => 0", "root count . => n=6 dups=0 dots=2",
 			"root stat $BIN type => regular", "root stat $TAB type => regular"),
+		c("names/statfs reports the longest name", "root statfs . => namelen=255"),
 		c("names/empty path", "root stat '' type => ENOENT", "root create '' 0644 => ENOENT",
 			"root mkdir '' 0755 => ENOENT"),
 		c("names/dot components", "root mkdir d 0755", "root create d/f 0644", "root stat d/./f type => regular",

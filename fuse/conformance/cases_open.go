@@ -92,6 +92,7 @@ func openCases() []Case {
 			"root fclose a", "root fclose b", "root read f => \"112233\""),
 		c("open/O_RDWR reads back its writes", "root create f 0644", "root fopen k f O_RDWR",
 			"root fwrite k abcdef", "root fpread k 2 3 => \"cde\"", "root fstat k size => 6", "root fclose k"),
+		c("open/O_TMPFILE", "root mkdir d 0755", "root open d O_TMPFILE,O_RDWR 0600", "root ls d => (empty)"),
 		c("open/ENXIO on a fifo without readers", "root mkfifo p 0666", "nobody open p O_WRONLY,O_NONBLOCK => ENXIO"),
 		c("open/EACCES for a directory without read permission", "root mkdir d 0311",
 			"nobody open d O_RDONLY => EACCES", "nobody open d O_PATH => 0", "root open d O_RDONLY => 0"),

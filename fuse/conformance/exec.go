@@ -242,6 +242,7 @@ var openFlagNames = map[string]int{
 	"O_CREAT": unix.O_CREAT, "O_EXCL": unix.O_EXCL, "O_TRUNC": unix.O_TRUNC, "O_APPEND": unix.O_APPEND,
 	"O_NOFOLLOW": unix.O_NOFOLLOW, "O_DIRECTORY": unix.O_DIRECTORY, "O_NOATIME": unix.O_NOATIME,
 	"O_NONBLOCK": unix.O_NONBLOCK, "O_PATH": unix.O_PATH, "O_SYNC": unix.O_SYNC, "O_DIRECT": unix.O_DIRECT,
+	"O_TMPFILE": unix.O_TMPFILE,
 }
 
 func parseOpenFlags(s string) (int, error) {

@@ -16,6 +16,7 @@ const (
 	cf4 = "CF-4: RENAME_WHITEOUT is refused with EINVAL"
 	cf5 = "CF-5: a removed directory that is still open answers ESTALE to fstat"
 	cf6 = "CF-6: the cluster does not enforce fs.protected_hardlinks when the kernel does not check"
+	cf7 = "CF-7: O_TMPFILE is not supported (EOPNOTSUPP)"
 	d1  = "D-1: FUSE does not tell the file system about chown(-1, -1) (an empty SETATTR): no setuid clearing, no EPERM, no ctime update"
 )
 
@@ -61,6 +62,7 @@ var memoryKnown = map[string]string{
 	"mknod socket/owner, mode and the parent's times":               memTimes,
 	"open/O_TRUNC":                                                  memTimes,
 	"open/O_TRUNC by another user clears setuid":                    memKillPriv,
+	"open/O_TMPFILE":                                                cf7,
 	"open/creates a file":                                           memTimes,
 	"readdir/of a removed directory":                                memRmdir,
 	"readdir/updates atime":                                         cf1,
@@ -121,6 +123,7 @@ var clusterKnown = map[string]string{
 	"chown/-1 -1 by the owner":                           d1,
 	"chown/-1 -1 of a plain file":                        d1,
 	"chown/setgid without group execute by a non-member": cf2,
+	"open/O_TMPFILE":                                     cf7,
 	"readdir/updates atime":                              cf1,
 	"rename/whiteout":                                    cf4,
 	"rmdir/an open directory":                            cf5,
