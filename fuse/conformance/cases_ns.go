@@ -66,6 +66,7 @@ func mkCases(area, call, typ string) []Case {
 		c(area+"/owner, mode and the parent's times", "root mkdir d 0777", "root chmod d 0777", "root snap d",
 			"nobody "+at("d/x", "0751")+" => 0", "root lstat d/x type,mode,uid,gid => "+typ+",0751,65534,65534",
 			"root lstat d nlink => "+parentLinks, "root times d => m+ c+"),
+		c(area+"/a new inode's times are one instant", "root "+at("x", "0755")+" => 0", "root sametimes x => a=m=c"),
 		c(area+"/umask", "root umask 022", "root "+at("x", "0777")+" => 0", "root lstat x mode => 0755",
 			"root umask 0777", "root "+at("y", "0777")+" => 0", "root lstat y mode => 0"),
 		c(area+"/special mode bits", "root "+at("x", "07777")+" => 0", "root lstat x mode",
@@ -169,6 +170,9 @@ func rmdirCases() []Case {
 			"root fstat k type,nlink", "root fclose k"),
 		c("rmdir/then mkdir the same name", "root mkdir d 0755", "root create d/f 0644", "root unlink d/f",
 			"root rmdir d => 0", "root mkdir d 0700 => 0", "root lstat d mode,nlink => 0700,2", "root ls d => (empty)"),
+		c("rmdir/with an open file that was unlinked in it", "root mkdir d 0755", "root create d/f 0644",
+			"root fopen k d/f O_RDWR", "root unlink d/f", "root rmdir d => 0", "root fwrite k abc => 0",
+			"root fpread k 0 9 => \"abc\"", "root fclose k", "root lstat d type => ENOENT"),
 		c("rmdir/a name of 255 bytes", "root mkdir $N255 0755", "root rmdir $N255 => 0"),
 	}
 	return append(cs, pathErrors("rmdir", "rmdir %s", false)...)
@@ -185,6 +189,7 @@ func symlinkCases() []Case {
 			"root snap d", "nobody symlink some/target d/l => 0",
 			"root lstat d/l type,mode,uid,gid,nlink,size => symlink,0777,65534,65534,1,11",
 			"root readlink d/l => \"some/target\"", "root times d => m+ c+"),
+		c("symlink/a new link's times are one instant", "root symlink x l", "root sametimes l => a=m=c"),
 		c("symlink/umask does not apply", "root umask 077", "root symlink x l => 0", "root lstat l mode => 0777"),
 		c("symlink/dangling and then not", "root symlink f l => 0", "root stat l type => ENOENT",
 			"root lstat l type => symlink", "root create f 0644", "root stat l type => regular",

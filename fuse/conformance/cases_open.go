@@ -38,6 +38,8 @@ func openCases() []Case {
 		c("open/creates a file", "root mkdir d 0777", "root chmod d 0777", "root snap d",
 			"nobody open d/f O_CREAT,O_WRONLY 0640 => 0", "root lstat d/f => regular,0640,65534,65534,1,0",
 			"root times d => m+ c+"),
+		c("open/a new file's times are one instant", "root open f O_CREAT,O_WRONLY 0644 => 0",
+			"root sametimes f => a=m=c"),
 		c("open/O_CREAT of an existing file changes nothing", "root create f 0644", "root write f abc",
 			"root snap f", "root snap .", "root open f O_CREAT,O_WRONLY 0600 => 0", "root lstat f mode,size => 0644,3",
 			"root times f => m- c-", "root times . => m- c-"),

@@ -340,7 +340,7 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 		"create": 2, "open": 2, "mkdir": 2, "rmdir": 1, "unlink": 1, "mkfifo": 2, "mknod": 5,
 		"link": 2, "linkat_follow": 2, "symlink": 2, "readlink": 1, "rename": 2, "rename2": 3,
 		"chmod": 2, "lchmod": 2, "chown": 3, "lchown": 3, "truncate": 2, "utimensat": 3, "utimes_null": 1,
-		"access": 2, "stat": 1, "lstat": 1, "snap": 1, "times": 1, "atime": 1,
+		"access": 2, "stat": 1, "lstat": 1, "sametimes": 1, "snap": 1, "times": 1, "atime": 1,
 		"write": 2, "append": 2, "pwrite": 3, "read": 1, "readat": 3, "fill": 3, "sum": 1,
 		"setxattr": 3, "lsetxattr": 3, "getxattr": 2, "lgetxattr": 2, "listxattr": 1, "llistxattr": 1,
 		"removexattr": 2, "lremovexattr": 2,
@@ -512,6 +512,18 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 			fields = a[1]
 		}
 		return statFields(&st, fields)
+	case "sametimes": // whether atime, mtime and ctime are one instant
+		var st unix.Stat_t
+		if err := unix.Lstat(a[0], &st); err != nil {
+			return "", err
+		}
+		eq := func(x, y unix.Timespec) string {
+			if x == y {
+				return "="
+			}
+			return "!="
+		}
+		return "a" + eq(st.Atim, st.Mtim) + "m" + eq(st.Mtim, st.Ctim) + "c", nil
 	case "snap":
 		var st unix.Stat_t
 		if err := unix.Lstat(a[0], &st); err != nil {

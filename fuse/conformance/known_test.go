@@ -106,6 +106,7 @@ var memoryKnown = map[string]string{
 	"unlink/a regular":                                              memTimes,
 	"unlink/a socket":                                               memTimes,
 	"unlink/a symlink":                                              memTimes,
+	"utimensat/now sets one instant":                                memTimes,
 	"write/by another user clears setuid and setgid":                memKillPriv,
 	"write/by the owner clears setuid and setgid":                   memKillPriv,
 	"write/clears setuid of a file open by root too":                memKillPriv,
