@@ -3,11 +3,14 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/octofs/octofs/client"
+	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/node/nodetest"
 )
 
@@ -189,5 +192,109 @@ func TestClusterDownNodeTimesOut(t *testing.T) {
 			t.Errorf("%s at a crashed owner took %v with a 2s operation timeout", name, el)
 		}
 		t.Logf("%s: %v after %v", name, err, el.Round(time.Millisecond))
+	}
+}
+
+// TestClusterKnownInodeRouting: removals and renames that name the inode
+// the caller believes a name names go to that inode's owner first, one
+// RPC each, and a wrong belief (an inode that is gone, or another live
+// inode) never changes the outcome, only costs a redirect or a retry.
+func TestClusterKnownInodeRouting(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	cred := client.RootCred
+	dir, err := c.Mkdir(ctx, cred, cluster.RootInode, "routing", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string) uint64 {
+		t.Helper()
+		a, f, err := c.Create(ctx, cred, dir.Ino, name, 0o644, syscall.O_WRONLY)
+		if err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		f.Close(ctx)
+		return a.Ino
+	}
+	exists := func(name string) bool {
+		_, err := c.Lookup(ctx, cred, dir.Ino, name)
+		return err == nil
+	}
+	// Right beliefs: one unlink or rename RPC each, wherever the inodes
+	// live (without the inode about two in three would be redirected).
+	const n = 12
+	inos := make([]uint64, n)
+	for i := range n {
+		inos[i] = create(fmt.Sprintf("f%d", i))
+	}
+	before := c.Stats().RPCs
+	for i := range n {
+		if err := c.RenameKnown(ctx, cred, dir.Ino, fmt.Sprintf("f%d", i), inos[i], dir.Ino, fmt.Sprintf("g%d", i), 0); err != nil {
+			t.Fatalf("rename f%d: %v", i, err)
+		}
+	}
+	for i := range n {
+		if err := c.UnlinkKnown(ctx, cred, dir.Ino, fmt.Sprintf("g%d", i), inos[i]); err != nil {
+			t.Fatalf("unlink g%d: %v", i, err)
+		}
+	}
+	after := c.Stats().RPCs
+	if got := after["rename"] - before["rename"]; got != n {
+		t.Errorf("%d renames with the inode known took %d rename RPCs, want %d", n, got, n)
+	}
+	if got := after["unlink"] - before["unlink"]; got != n {
+		t.Errorf("%d unlinks with the inode known took %d unlink RPCs, want %d", n, got, n)
+	}
+
+	// Wrong beliefs.
+	gone := create("gone")
+	if err := c.Unlink(ctx, cred, dir.Ino, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		op func(ino uint64) error
+		// want: names that exist afterwards; absent: names that do not.
+		want, absent []string
+	}{
+		"unlink, inode gone": {
+			op:   func(ino uint64) error { return c.UnlinkKnown(ctx, cred, dir.Ino, "a", gone) },
+			want: []string{"b"}, absent: []string{"a"},
+		},
+		"unlink, another live inode": {
+			op:   func(ino uint64) error { return c.UnlinkKnown(ctx, cred, dir.Ino, "a", ino) },
+			want: []string{"b"}, absent: []string{"a"},
+		},
+		"rename, inode gone": {
+			op:   func(ino uint64) error { return c.RenameKnown(ctx, cred, dir.Ino, "a", gone, dir.Ino, "c", 0) },
+			want: []string{"b", "c"}, absent: []string{"a"},
+		},
+		"rename, another live inode": {
+			op:   func(ino uint64) error { return c.RenameKnown(ctx, cred, dir.Ino, "a", ino, dir.Ino, "c", 0) },
+			want: []string{"b", "c"}, absent: []string{"a"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, n := range []string{"a", "b", "c"} {
+				c.Unlink(ctx, cred, dir.Ino, n)
+			}
+			create("a")
+			b := create("b")
+			if err := tc.op(b); err != nil {
+				t.Fatalf("%v", err)
+			}
+			for _, n := range tc.want {
+				if !exists(n) {
+					t.Errorf("%s is gone", n)
+				}
+			}
+			for _, n := range tc.absent {
+				if exists(n) {
+					t.Errorf("%s is still there", n)
+				}
+			}
+		})
+	}
+	if err := c.UnlinkKnown(ctx, cred, dir.Ino, "nothing", gone); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("unlink of a name that does not exist, with a gone inode: %v, want ENOENT", err)
 	}
 }

@@ -16,7 +16,10 @@
 //     Readlink, ReadDir, StatFS, xattrs, Access, and Open returning a *File
 //     (ReadAt, WriteAt, Flush, Sync, Truncate, Allocate, advisory locks,
 //     Close). Every call takes the caller's Cred and a context, and fails
-//     with a syscall.Errno.
+//     with a syscall.Errno. UnlinkKnown, RmdirKnown and RenameKnown take
+//     the inode the caller believes the name names (the FUSE kernel has
+//     looked it up) and go to its owner first, saving the directory
+//     owner's redirect; a wrong belief changes only the cost.
 //   - The native API, for programs (as DAOS's libdfs): FS, bound to a Cred,
 //     with os-like path calls (OpenFile, Stat, ReadDir, MkdirAll,
 //     RemoveAll, Rename, ...) returning *FSFile and fs.FileInfo, and IOFS

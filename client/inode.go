@@ -208,16 +208,54 @@ func (c *Client) Link(ctx context.Context, cred Cred, ino, newParent uint64, new
 
 // Unlink removes name (not a directory) from parent.
 func (c *Client) Unlink(ctx context.Context, cred Cred, parent uint64, name string) error {
-	return c.remove(ctx, "unlink", cred, parent, name, c.ns.Unlink)
+	return c.remove(ctx, "unlink", cred, parent, name, 0)
 }
 
 // Rmdir removes the empty directory name from parent.
 func (c *Client) Rmdir(ctx context.Context, cred Cred, parent uint64, name string) error {
-	return c.remove(ctx, "rmdir", cred, parent, name, c.ns.Rmdir)
+	return c.remove(ctx, "rmdir", cred, parent, name, 0)
 }
 
-func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64, name string,
-	call func(context.Context, Cred, uint64, string) error) error {
+// UnlinkKnown is Unlink for a caller that knows which inode name names
+// (the FUSE kernel looks a name up before it removes it): the request goes
+// straight to ino's owner, which coordinates the removal, instead of going
+// to the directory's owner and being redirected there, one round trip
+// fewer when the two are different nodes. The outcome is Unlink's: if
+// name has come to name another inode the servers redirect to it, and if
+// ino is gone the request is made again without it.
+func (c *Client) UnlinkKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64) error {
+	return c.remove(ctx, "unlink", cred, parent, name, ino)
+}
+
+// RmdirKnown is Rmdir for a caller that knows the directory's inode, as
+// UnlinkKnown.
+func (c *Client) RmdirKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64) error {
+	return c.remove(ctx, "rmdir", cred, parent, name, ino)
+}
+
+// knownRouter is implemented by namespaces that can send a removal or a
+// rename straight to the owner of the inode a name is known to name
+// (ino); a namespace without one takes the name alone.
+type knownRouter interface {
+	RemoveKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64, dir bool) error
+	RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, flags uint32) error
+}
+
+// known runs withIno when ino is known and the namespace routes by it,
+// else without; a known inode that is gone (ENOENT: the name may name
+// another inode by now) falls back to without.
+func (c *Client) known(ino uint64, withIno func(knownRouter) error, without func() error) error {
+	r, ok := c.ns.(knownRouter)
+	if ino == 0 || !ok {
+		return without()
+	}
+	if err := withIno(r); !errors.Is(err, syscall.ENOENT) {
+		return err
+	}
+	return without()
+}
+
+func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64, name string, ino uint64) error {
 	if err := checkName(name, false); err != nil {
 		return err
 	}
@@ -233,7 +271,15 @@ func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64
 		return c.fail(ctx, op, err)
 	}
 	c.forgetEntry(parent, name)
-	return c.fail(ctx, op, call(octx, cred, parent, name))
+	dir := op == "rmdir"
+	err = c.known(ino, func(r knownRouter) error { return r.RemoveKnown(octx, cred, parent, name, ino, dir) },
+		func() error {
+			if dir {
+				return c.ns.Rmdir(octx, cred, parent, name)
+			}
+			return c.ns.Unlink(octx, cred, parent, name)
+		})
+	return c.fail(ctx, op, err)
 }
 
 // forgetEntry drops a name and the attributes of the inode it named and
@@ -250,6 +296,13 @@ func (c *Client) forgetEntry(parent uint64, name string) {
 // Rename moves name in parent to newName in newParent; flags are
 // renameat2's RenameNoReplace or RenameExchange.
 func (c *Client) Rename(ctx context.Context, cred Cred, parent uint64, name string, newParent uint64, newName string, flags uint32) error {
+	return c.RenameKnown(ctx, cred, parent, name, 0, newParent, newName, flags)
+}
+
+// RenameKnown is Rename for a caller that knows the inode name names
+// (ino): the rename is coordinated by ino's owner from the start, as
+// UnlinkKnown.
+func (c *Client) RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, flags uint32) error {
 	if err := checkName(name, false); err != nil {
 		return err
 	}
@@ -269,7 +322,11 @@ func (c *Client) Rename(ctx context.Context, cred Cred, parent uint64, name stri
 	}
 	c.forgetEntry(parent, name)
 	c.forgetEntry(newParent, newName)
-	return c.fail(ctx, "rename", c.ns.Rename(octx, cred, parent, name, newParent, newName, flags))
+	withIno := func(r knownRouter) error {
+		return r.RenameKnown(octx, cred, parent, name, ino, newParent, newName, flags)
+	}
+	err = c.known(ino, withIno, func() error { return c.ns.Rename(octx, cred, parent, name, newParent, newName, flags) })
+	return c.fail(ctx, "rename", err)
 }
 
 // Readlink returns a symlink's target.

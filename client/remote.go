@@ -297,7 +297,10 @@ type capacity interface {
 	StatFS(ctx context.Context) (dpwire.Capacity, error)
 }
 
-var _ namespace = mdNamespace{}
+var (
+	_ namespace   = mdNamespace{}
+	_ knownRouter = mdNamespace{}
+)
 
 func (n mdNamespace) Lookup(ctx context.Context, cred Cred, parent uint64, name string) (Attr, error) {
 	a, err := n.md.Lookup(ctx, wireCred(cred), parent, name)
@@ -345,6 +348,17 @@ func (n mdNamespace) Unlink(ctx context.Context, cred Cred, parent uint64, name 
 
 func (n mdNamespace) Rmdir(ctx context.Context, cred Cred, parent uint64, name string) error {
 	return n.md.Rmdir(ctx, wireCred(cred), parent, name, 0)
+}
+
+func (n mdNamespace) RemoveKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64, dir bool) error {
+	if dir {
+		return n.md.Rmdir(ctx, wireCred(cred), parent, name, ino)
+	}
+	return n.md.Unlink(ctx, wireCred(cred), parent, name, ino)
+}
+
+func (n mdNamespace) RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, flags uint32) error {
+	return n.md.Rename(ctx, wireCred(cred), wire.RenameRequest{SrcParent: parent, SrcName: name, SrcIno: ino, DstParent: newParent, DstName: newName, Flags: flags})
 }
 
 func (n mdNamespace) Rename(ctx context.Context, cred Cred, parent uint64, name string, newParent uint64, newName string, flags uint32) error {
