@@ -43,13 +43,31 @@ func newHandle(fsys *FS, ino uint64, f *client.File) *handle {
 
 func (h *handle) fail(op string, err error) syscall.Errno { return errno(h.fsys.log, op, err) }
 
+// Read reads into a registered buffer of the pool when it can get one, so
+// that the bytes come by RDMA straight into the memory go-fuse writes the
+// reply from (see readBuffers), else into go-fuse's buffer through the
+// data engine's bounce buffer.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	ctx = detach(ctx)
-	n, err := h.f.ReadAt(ctx, dest, off)
-	if err != nil {
-		return nil, h.fail("read", err)
+	pool := h.fsys.reads
+	b := pool.get(len(dest))
+	if b == nil {
+		n, err := h.f.ReadAt(ctx, dest, off)
+		if err != nil {
+			return nil, h.fail("read", err)
+		}
+		return fuse.ReadResultData(dest[:n]), 0
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	n, err := h.f.ReadAt(ctx, b.Bytes()[:len(dest)], off)
+	if err != nil || n == 0 {
+		// go-fuse calls Done only for a reply with data.
+		pool.put(b)
+		if err != nil {
+			return nil, h.fail("read", err)
+		}
+		return fuse.ReadResultData(nil), 0
+	}
+	return &readReply{pool: pool, buf: b, n: n}, 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {

@@ -156,10 +156,21 @@ func TestTwoMounts(t *testing.T) {
 			if err := syscall.Flock(int(fa.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
 				t.Errorf("a shared flock beside b's: %v", err)
 			}
-			// Closing b's descriptor releases its flock.
+			// Closing b's descriptor releases its flock: the kernel asks
+			// for that in the RELEASE it sends after close(2) has
+			// returned, so a's lock may have to wait for it a moment.
 			fb.Close()
-			if err := syscall.Flock(int(fa.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-				t.Errorf("a exclusive flock after b closed: %v", err)
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				err := syscall.Flock(int(fa.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+				if err == nil {
+					break
+				}
+				if err != syscall.EWOULDBLOCK || time.Now().After(deadline) {
+					t.Errorf("a exclusive flock after b closed: %v (10s later)", err)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 		t.Run("data", func(t *testing.T) {

@@ -253,20 +253,32 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	return n.entry(ctx, &a, out), 0
 }
 
+// childIno is the inode the kernel last looked name up as (it always
+// looks a name up before it removes or renames it), or 0. The client
+// sends the removal or rename straight to that inode's owner, which
+// coordinates it, instead of to the directory's owner, which would
+// redirect it there; a stale guess costs a redirect, never a wrong result.
+func (n *node) childIno(name string) uint64 {
+	if c := n.GetChild(name); c != nil {
+		return c.StableAttr().Ino
+	}
+	return 0
+}
+
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = detach(ctx)
-	return n.fail("unlink", n.fsys.c.Unlink(ctx, n.cred(ctx), n.ino(), name))
+	return n.fail("unlink", n.fsys.c.UnlinkKnown(ctx, n.cred(ctx), n.ino(), name, n.childIno(name)))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	ctx = detach(ctx)
-	return n.fail("rmdir", n.fsys.c.Rmdir(ctx, n.cred(ctx), n.ino(), name))
+	return n.fail("rmdir", n.fsys.c.RmdirKnown(ctx, n.cred(ctx), n.ino(), name, n.childIno(name)))
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	ctx = detach(ctx)
 	np := newParent.EmbeddedInode().StableAttr().Ino
-	return n.fail("rename", n.fsys.c.Rename(ctx, n.cred(ctx), n.ino(), name, np, newName, flags))
+	return n.fail("rename", n.fsys.c.RenameKnown(ctx, n.cred(ctx), n.ino(), name, n.childIno(name), np, newName, flags))
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {

@@ -103,7 +103,7 @@ option).`,
 	f.BoolVar(&o.noCache, "no-cache", false, "ask the cluster for every lookup and getattr (sees other mounts' changes at once)")
 	f.BoolVar(&o.serverPerms, "server-permissions", false, "leave every permission check to the cluster, none to the kernel (implies --no-cache; for testing the cluster)")
 	f.IntVar(&o.maxWrite, "max-write", fuse.DefaultMaxWrite, "largest read or write request the kernel sends, in bytes (at most 1 MiB)")
-	f.IntVar(&o.readAhead, "max-readahead", fuse.DefaultMaxWrite, "the kernel's read-ahead, in bytes")
+	f.IntVar(&o.readAhead, "max-readahead", fuse.DefaultMaxReadAhead, "the kernel's read-ahead, in bytes (set through sysfs, which takes root)")
 	f.IntVar(&o.background, "max-background", fuse.DefaultMaxBackground, "asynchronous requests (read-ahead) the kernel keeps in flight")
 	f.DurationVar(&o.opTimeout, "op-timeout", client.DefaultOpTimeout, "a call that cannot complete within this fails with ETIMEDOUT or EIO")
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 30*time.Second, "give up if the cluster cannot be reached within this")

@@ -112,6 +112,9 @@ func TestMountCommand(t *testing.T) {
 			"daemon fails": {args(file, "--daemon"), "not a directory"},
 		} {
 			t.Run(name, func(t *testing.T) {
+				// None mounts: they may run at once (two wait out
+				// --connect-timeout).
+				t.Parallel()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				out, err := exec.CommandContext(ctx, bin, tc.args...).CombinedOutput()
@@ -138,23 +141,33 @@ func TestMountCommand(t *testing.T) {
 			cl.Kill(i)
 		}
 		// Each call fails with EIO or ETIMEDOUT within the op timeout
-		// and some slack for a loaded machine; none hangs.
-		for name, call := range map[string]func() error{
+		// and some slack for a loaded machine; none hangs. They run at
+		// once, as a mount's callers would.
+		type outcome struct {
+			name string
+			err  error
+			took time.Duration
+		}
+		calls := map[string]func() error{
 			"lookup": func() error { _, err := os.Stat(filepath.Join(m.dir, "never-made")); return err },
 			"open":   func() error { _, err := os.ReadFile(f); return err },
 			"create": func() error { return os.WriteFile(filepath.Join(m.dir, "new"), []byte("x"), 0o644) },
-		} {
-			start := time.Now()
-			done := make(chan error, 1)
-			go func() { done <- call() }()
+		}
+		done := make(chan outcome, len(calls))
+		start := time.Now()
+		for name, call := range calls {
+			go func() { err := call(); done <- outcome{name, err, time.Since(start)} }()
+		}
+		limit := time.After(40 * time.Second)
+		for range calls {
 			select {
-			case err := <-done:
-				if !errors.Is(err, syscall.EIO) && !errors.Is(err, syscall.ETIMEDOUT) {
-					t.Errorf("%s with the cluster gone: %v, want EIO or ETIMEDOUT", name, err)
+			case o := <-done:
+				if !errors.Is(o.err, syscall.EIO) && !errors.Is(o.err, syscall.ETIMEDOUT) {
+					t.Errorf("%s with the cluster gone: %v, want EIO or ETIMEDOUT", o.name, o.err)
 				}
-				t.Logf("%s with the cluster gone: %v after %v", name, err, time.Since(start).Round(time.Millisecond))
-			case <-time.After(40 * time.Second):
-				t.Fatalf("%s with the cluster gone still waits after 40s: the mount hangs", name)
+				t.Logf("%s with the cluster gone: %v after %v", o.name, o.err, o.took.Round(time.Millisecond))
+			case <-limit:
+				t.Fatalf("a call with the cluster gone still waits after 40s: the mount hangs")
 			}
 		}
 		m.cmd.Process.Signal(syscall.SIGTERM)

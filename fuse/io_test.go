@@ -1,0 +1,185 @@
+package fuse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeBuffer struct {
+	b    []byte
+	free func()
+}
+
+func (f *fakeBuffer) Bytes() []byte { return f.b }
+func (f *fakeBuffer) Free() error   { f.free(); return nil }
+
+// These tests check what a mount asks of the cluster per system call:
+// large reads straight into registered memory, and removals and renames
+// sent to the inode's owner.
+
+func TestReadBuffersPool(t *testing.T) {
+	var mu sync.Mutex
+	allocated, freed := 0, 0
+	alloc := func(n int) (buffer, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if n == 3 {
+			return nil, errors.New("no memory")
+		}
+		allocated++
+		return &fakeBuffer{b: make([]byte, n), free: func() {
+			mu.Lock()
+			freed++
+			mu.Unlock()
+		}}, nil
+	}
+	p := newReadBuffers(alloc, 1<<20, 2)
+	if b := p.get(1<<20 + 1); b != nil {
+		t.Fatal("a buffer larger than the pool's size was handed out")
+	}
+	var out []buffer
+	for range 4 {
+		b := p.get(4096)
+		if b == nil || len(b.Bytes()) != 1<<20 {
+			t.Fatalf("get: %v", b)
+		}
+		out = append(out, b)
+	}
+	for _, b := range out {
+		p.put(b)
+	}
+	// Two kept, two freed; the kept ones are handed out again.
+	if allocated != 4 || freed != 2 {
+		t.Fatalf("after 4 gets and puts with 2 kept: %d allocated, %d freed", allocated, freed)
+	}
+	a, b := p.get(10), p.get(10)
+	if allocated != 4 {
+		t.Fatalf("kept buffers were not reused: %d allocated", allocated)
+	}
+	p.close()
+	if freed != 2 {
+		t.Fatalf("close freed buffers that were out: %d freed", freed)
+	}
+	p.put(a)
+	p.put(b)
+	if freed != 4 {
+		t.Fatalf("buffers returned after close were kept: %d freed of 4", freed)
+	}
+	if p.get(10) != nil {
+		t.Fatal("a closed pool handed out a buffer")
+	}
+	small := newReadBuffers(alloc, 3, 2)
+	if small.get(1) != nil {
+		t.Fatal("a buffer that could not be allocated was handed out")
+	}
+}
+
+// TestSequentialReadsAreLargeAndZeroCopy: the mount raises the kernel's
+// read-ahead, so a sequential reader's READs are MaxWrite each (the
+// kernel's default of 128 KiB would make eight times as many), and each
+// lands in a registered buffer by RDMA with no copy in the mount.
+func TestSequentialReadsAreLargeAndZeroCopy(t *testing.T) {
+	f := clusterFixture(t)
+	c := f.newClient(t)
+	dir := mountPoint(t)
+	srv, err := Mount(dir, c, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unmountBounded(srv, 10*time.Second)
+		c.Close()
+	})
+	if ra, err := ReadAhead(dir); err != nil || ra != DefaultMaxReadAhead {
+		t.Fatalf("read-ahead of the mount: %d, %v; want %d", ra, err, DefaultMaxReadAhead)
+	}
+	const size = 16 << 20
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i*7 + i>>20)
+	}
+	p := filepath.Join(dir, "big")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats().Data
+	fh, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if _, err := io.CopyBuffer(&got, fh, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	after := c.Stats().Data
+	if !bytes.Equal(got.Bytes(), data) {
+		t.Fatal("the file read back differs")
+	}
+	reads, copied := after.RDMAReads-before.RDMAReads, after.BytesCopied-before.BytesCopied
+	t.Logf("%d MiB read with %d RDMA READs, %d bytes copied", size>>20, reads, copied)
+	if copied != 0 {
+		t.Errorf("reads through the mount copied %d bytes in the mount process, want 0 (registered buffers)", copied)
+	}
+	// 16 READs of 1 MiB, give or take the kernel splitting a few at the
+	// read-ahead window's edges.
+	if reads > 2*size/DefaultMaxWrite {
+		t.Errorf("%d RDMA READs for %d MiB: the kernel's READs are small (read-ahead not raised?)", reads, size>>20)
+	}
+}
+
+// TestRemoveAndRenameGoToTheInodesOwner: the kernel looks a name up
+// before it removes or renames it, and the mount passes the inode on, so
+// each unlink, rmdir and rename is one RPC to the inode's owner, never a
+// redirect from the directory's owner.
+func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
+	f := clusterFixture(t)
+	c := f.newClient(t)
+	dir := mountPoint(t)
+	srv, err := Mount(dir, c, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unmountBounded(srv, 10*time.Second)
+		c.Close()
+	})
+	d := subdir(t, dir, "routing")
+	const n = 12
+	for i := range n {
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprint("f", i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(d, fmt.Sprint("d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := c.Stats().RPCs
+	for i := range n {
+		if err := os.Rename(filepath.Join(d, fmt.Sprint("f", i)), filepath.Join(d, fmt.Sprint("g", i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(d, fmt.Sprint("g", i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(d, fmt.Sprint("d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := c.Stats().RPCs
+	for _, op := range []string{"rename", "unlink", "rmdir"} {
+		if got := after[op] - before[op]; got != n {
+			t.Errorf("%d %ss through the mount took %d %s RPCs, want %d", n, op, got, op, n)
+		}
+	}
+	if ents, err := os.ReadDir(d); err != nil || len(ents) != 0 {
+		t.Fatalf("directory after removing everything: %v, %v", ents, err)
+	}
+}
