@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,19 +29,27 @@ import (
 // This file is `octoctl bench fuse`: file operations through an octofs
 // FUSE mount, beside the same operations through go-fuse's loopback file
 // system over tmpfs (the ceiling of a Go FUSE server on this machine) and
-// through the client library's native API (what FUSE costs), taking turns
-// in one run. Both mounts are served by this process with the same mount
-// options.
+// through the client library's native API (what FUSE costs). The targets
+// take turns, round by round, so that all three see the same load on a
+// shared machine; both mounts are served by this process with the same
+// mount options. The targets are in bench_fuse_targets.go.
 
 type benchFuseOptions struct {
-	cluster  *clusterFlags
-	octofs   string
-	nodes    int
-	duration time.Duration
-	workers  int
-	files    int
-	size     int
-	keepDir  string
+	cluster    *clusterFlags
+	octofs     string
+	nodes      int
+	duration   time.Duration
+	rounds     int
+	workers    int
+	files      int
+	size       int
+	keepDir    string
+	readAhead  int
+	cpuProfile string
+	// worker and workerRoot make this process a child that runs one test
+	// in a mounted directory (see benchFuseTarget).
+	worker     string
+	workerRoot string
 }
 
 func newBenchFuseCmd() *cobra.Command {
@@ -47,21 +59,34 @@ func newBenchFuseCmd() *cobra.Command {
 		Short: "File operations through an octofs FUSE mount, beside go-fuse's loopback over tmpfs and the native API",
 		Long: `Measures, through an octofs FUSE mount, go-fuse's loopback file system over
 tmpfs (the FUSE ceiling on this machine) and the client library's native
-API (client.FS), taking turns in one run:
+API (client.FS):
 
-  create (open O_CREAT|O_EXCL, close), stat, open-read-close of 4 KiB
-  files, and remove rates with --workers goroutines; 1 MiB sequential
-  write and read bandwidth of one file.
+  create (open O_CREAT|O_EXCL, close) with --workers goroutines in one
+  directory and in a directory each, stat, open-read-close of 4 KiB files,
+  remove (in one directory and in a directory each); 1 MiB sequential write
+  and read bandwidth of one --file-mib file.
+
+The three targets take turns: --rounds rounds, each running every test on
+each target for --duration, in a rotating order; a figure is the
+operations of all rounds over their time. For the octofs mount and the
+native API the table also shows the cluster RPCs per operation (from the
+client's counters), which is where their time goes: the kernel serialises
+creates and removes in one directory, so their rate there is one over the
+sum of the round trips each takes.
 
 Needs root and /dev/fuse (both mounts are made by this process). Without
 --server it starts a 3-node cluster of ` + "`octofs serve`" + ` processes on loopback
-(stopped at the end); with --server and the token it measures that
-cluster, in a directory of its own that it removes afterwards.
+with regions on tmpfs (stopped at the end); with --server and the token it
+measures that cluster, in a directory of its own that it removes
+afterwards.
 
 Targets (issue 14): metadata rates and bandwidth through the octofs mount
 at least 0.7x the loopback's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.worker != "" {
+				return runBenchFuseWorker(cmd.OutOrStdout(), o.workerRoot, o.worker)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runBenchFuse(ctx, cmd, o)
@@ -71,149 +96,68 @@ at least 0.7x the loopback's.`,
 	f := cmd.Flags()
 	f.StringVar(&o.octofs, "octofs", "", "the octofs program for the cluster this command starts (default: next to octoctl, else on PATH)")
 	f.IntVar(&o.nodes, "nodes", 3, "nodes of the cluster this command starts")
-	f.DurationVar(&o.duration, "duration", 2*time.Second, "measuring time of each test on each target")
+	f.DurationVar(&o.duration, "duration", time.Second, "measuring time of each test on each target in each round")
+	f.IntVar(&o.rounds, "rounds", 3, "rounds of every test on every target, taking turns")
 	f.IntVar(&o.workers, "workers", 4, "goroutines issuing metadata operations at once")
-	f.IntVar(&o.files, "files", 2000, "most files a create test makes (and the stat, read and remove tests use)")
+	f.IntVar(&o.files, "files", 2000, "most files a create test makes in a round (and the stat, read and remove tests use)")
 	f.IntVar(&o.size, "file-mib", 64, "size of the bandwidth tests' file, in MiB")
-	f.StringVar(&o.keepDir, "work-dir", "", "where the started cluster's data goes (default: a temporary directory, removed)")
+	f.StringVar(&o.keepDir, "work-dir", "", "where the started cluster's data goes (default: a temporary directory on tmpfs, removed)")
+	f.IntVar(&o.readAhead, "max-readahead", octofuse.DefaultMaxReadAhead, "both mounts' read-ahead, in bytes")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (which serves both mounts) to this file")
+	f.StringVar(&o.worker, "worker", "", "run one test (JSON) in --worker-root and print the result: what the command runs in its child processes")
+	f.StringVar(&o.workerRoot, "worker-root", "", "the directory --worker works in")
+	f.MarkHidden("worker")
+	f.MarkHidden("worker-root")
 	return cmd
 }
 
-// benchFS is one target: a mount (a directory) or the native API.
-type benchFS interface {
-	create(name string) error
-	stat(name string) error
-	readSmall(name string, buf []byte) error
-	writeSmall(name string, data []byte) error
-	remove(name string) error
-	mkdir(name string) error
-	writeSeq(name string, chunk []byte, n int) error
-	readSeq(name string, chunk []byte) (int, error)
+// benchFuseTest is one row of the table.
+type benchFuseTest struct {
+	name string
+	// kind names what the test does (benchFuseSpec.Test).
+	kind string
+	// bandwidth: the figure is MiB/s, not operations per second.
+	bandwidth bool
 }
 
-// dirFS is a directory of a mounted file system.
-type dirFS struct{ root string }
-
-func (d dirFS) p(name string) string { return filepath.Join(d.root, name) }
-
-func (d dirFS) create(name string) error {
-	f, err := os.OpenFile(d.p(name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-func (d dirFS) stat(name string) error { _, err := os.Stat(d.p(name)); return err }
-func (d dirFS) readSmall(name string, buf []byte) error {
-	f, err := os.Open(d.p(name))
-	if err != nil {
-		return err
-	}
-	_, err = f.Read(buf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-func (d dirFS) writeSmall(name string, data []byte) error {
-	return os.WriteFile(d.p(name), data, 0o644)
-}
-func (d dirFS) remove(name string) error { return os.Remove(d.p(name)) }
-func (d dirFS) mkdir(name string) error  { return os.Mkdir(d.p(name), 0o755) }
-func (d dirFS) writeSeq(name string, chunk []byte, n int) error {
-	f, err := os.OpenFile(d.p(name), os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	for i := range n {
-		if _, err := f.WriteAt(chunk, int64(i*len(chunk))); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
-}
-func (d dirFS) readSeq(name string, chunk []byte) (int, error) {
-	f, err := os.Open(d.p(name))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	total := 0
-	for {
-		n, err := f.Read(chunk)
-		total += n
-		if err == io.EOF {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
+var benchFuseTests = []benchFuseTest{
+	{name: "create, 1 dir", kind: "create-shared"},
+	{name: "create, dir per worker", kind: "create-own"},
+	{name: "stat", kind: "stat"},
+	{name: "open-read-close 4KiB", kind: "read-small"},
+	{name: "remove, 1 dir", kind: "remove-shared"},
+	{name: "remove, dir per worker", kind: "remove-own"},
+	{name: "write 1MiB seq (MiB/s)", kind: "write-seq", bandwidth: true},
+	{name: "read 1MiB seq (MiB/s)", kind: "read-seq", bandwidth: true},
 }
 
-// nativeFS is the client library's native API under a directory.
-type nativeFS struct {
-	fs   *client.FS
-	root string
+// benchFuseSum accumulates one test on one target over the rounds.
+type benchFuseSum struct {
+	ops     float64 // operations, or MiB
+	count   int     // operations (for RPCs per operation)
+	elapsed time.Duration
+	rpcs    uint64
 }
 
-func (n nativeFS) p(name string) string { return n.root + "/" + name }
+func (s benchFuseSum) rate() float64 {
+	if s.elapsed <= 0 {
+		return 0
+	}
+	return s.ops / s.elapsed.Seconds()
+}
 
-func (n nativeFS) create(name string) error {
-	f, err := n.fs.OpenFile(n.p(name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
+func (s benchFuseSum) rpcsPerOp() string {
+	if s.count == 0 {
+		return "-"
 	}
-	return f.Close()
+	return fmt.Sprintf("%.2f", float64(s.rpcs)/float64(s.count))
 }
-func (n nativeFS) stat(name string) error { _, err := n.fs.Stat(n.p(name)); return err }
-func (n nativeFS) readSmall(name string, buf []byte) error {
-	f, err := n.fs.Open(n.p(name))
-	if err != nil {
-		return err
-	}
-	_, err = f.Read(buf)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-func (n nativeFS) writeSmall(name string, data []byte) error {
-	return n.fs.WriteFile(n.p(name), data, 0o644)
-}
-func (n nativeFS) remove(name string) error { return n.fs.Remove(n.p(name)) }
-func (n nativeFS) mkdir(name string) error  { return n.fs.Mkdir(n.p(name), 0o755) }
-func (n nativeFS) writeSeq(name string, chunk []byte, count int) error {
-	f, err := n.fs.OpenFile(n.p(name), os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	for i := range count {
-		if _, err := f.WriteAt(chunk, int64(i*len(chunk))); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
-}
-func (n nativeFS) readSeq(name string, chunk []byte) (int, error) {
-	f, err := n.fs.Open(n.p(name))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	total := 0
-	for {
-		k, err := f.Read(chunk)
-		total += k
-		if err == io.EOF {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
+
+// rpcCount is the client's RPCs so far, keep-alives (which tick on their
+// own) left out.
+func rpcCount(c *client.Client) uint64 {
+	st := c.Stats()
+	return st.TotalRPCs() - st.RPCs["keepalive"]
 }
 
 func runBenchFuse(ctx context.Context, cmd *cobra.Command, o *benchFuseOptions) error {
@@ -223,8 +167,19 @@ func runBenchFuse(ctx context.Context, cmd *cobra.Command, o *benchFuseOptions) 
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return fmt.Errorf("bench fuse needs /dev/fuse (%v): modprobe fuse", err)
 	}
-	if o.workers < 1 || o.files < o.workers || o.size < 1 || o.duration < 50*time.Millisecond {
-		return errors.New("--workers, --files, --file-mib must be positive (files at least workers), --duration at least 50ms")
+	if o.workers < 1 || o.files < o.workers || o.size < 1 || o.rounds < 1 || o.duration < 50*time.Millisecond {
+		return errors.New("--workers, --files, --file-mib, --rounds must be positive (files at least workers), --duration at least 50ms")
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	admin, token := o.cluster.servers, ""
 	var where string
@@ -265,7 +220,7 @@ func runBenchFuse(ctx context.Context, cmd *cobra.Command, o *benchFuseOptions) 
 		return err
 	}
 	defer os.Remove(octoMnt)
-	srv, err := octofuse.Mount(octoMnt, c, octofuse.Options{})
+	srv, err := octofuse.Mount(octoMnt, c, octofuse.Options{MaxReadAhead: o.readAhead})
 	if err != nil {
 		return err
 	}
@@ -294,12 +249,22 @@ func runBenchFuse(ctx context.Context, cmd *cobra.Command, o *benchFuseOptions) 
 	neg := time.Duration(0)
 	lsrv, err := gofs.Mount(loopMnt, lroot, &gofs.Options{EntryTimeout: &timeout, AttrTimeout: &timeout, NegativeTimeout: &neg,
 		MountOptions: gofuse.MountOptions{FsName: "loopback", Name: "loopback", MaxWrite: octofuse.DefaultMaxWrite,
-			MaxReadAhead: octofuse.DefaultMaxWrite, MaxBackground: octofuse.DefaultMaxBackground, DirectMount: true,
-			EnableLocks: true, DisableReadDirPlus: true, ExtraCapabilities: gofuse.CAP_ATOMIC_O_TRUNC}})
+			MaxReadAhead: o.readAhead, MaxBackground: octofuse.DefaultMaxBackground, DirectMount: true,
+			EnableLocks: true, DisableReadDirPlus: true, Options: []string{"default_permissions"},
+			// go-fuse splices the loopback's reads from the backing file
+			// through a pipe, which fails for 1 MiB replies when the pipe
+			// cannot grow past 1 MiB (fs.pipe-max-size) and logs each time;
+			// pread and writev, as octofs's replies go, is what it falls
+			// back to anyway.
+			DisableSplice:     true,
+			ExtraCapabilities: gofuse.CAP_ATOMIC_O_TRUNC}})
 	if err != nil {
 		return fmt.Errorf("mount the loopback: %w", err)
 	}
 	defer lsrv.Unmount()
+	if err := octofuse.SetReadAhead(loopMnt, o.readAhead); err != nil {
+		return err
+	}
 
 	// Each target works in a directory of its own.
 	run := fmt.Sprintf("bench-fuse-%d", time.Now().UnixNano())
@@ -308,163 +273,295 @@ func runBenchFuse(ctx context.Context, cmd *cobra.Command, o *benchFuseOptions) 
 		return err
 	}
 	defer os.RemoveAll(octoDir)
-	targets := []struct {
-		name string
-		fs   benchFS
-	}{
-		{"octofs", dirFS{octoDir}},
-		{"loopback", dirFS{loopMnt}},
-		{"native", nativeFS{c.FS(client.Cred{}), "/" + run}},
+	native := nativeFS{c.FS(client.Cred{}), "/" + run}
+	targets := []benchFuseTarget{
+		{name: "octofs", root: octoDir, c: c},
+		{name: "loopback", root: loopMnt},
+		{name: "native", fs: native, c: c},
 	}
-	type result struct{ octofs, loopback, native float64 }
-	results := map[string]*result{}
-	set := func(test, target string, v float64) {
-		r := results[test]
-		if r == nil {
-			r = &result{}
-			results[test] = r
-		}
-		switch target {
-		case "octofs":
-			r.octofs = v
-		case "loopback":
-			r.loopback = v
-		default:
-			r.native = v
-		}
+	self, err := os.Executable()
+	if err != nil {
+		return err
 	}
 	// Warm-up, untimed: the first write to each partition pins it through
 	// raft, which would be charged to whichever target ran first.
-	warm := nativeFS{c.FS(client.Cred{}), "/" + run}
-	if err := warm.mkdir("warm"); err != nil {
+	if err := native.mkdir("warm"); err != nil {
 		return fmt.Errorf("warm-up: %w", err)
 	}
 	for i := range o.files {
 		name := fmt.Sprintf("warm/%d", i)
-		if err := warm.writeSmall(name, []byte("warm")); err != nil {
+		if err := native.writeSmall(name, []byte("warm")); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
-		if err := warm.remove(name); err != nil {
+		if err := native.remove(name); err != nil {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	small := make([]byte, 4096)
-	chunk := make([]byte, 1<<20)
-	for i := range chunk {
-		chunk[i] = byte(i * 31)
+	if err := native.remove("warm"); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
 	}
-	for round, tg := range targets {
-		if err := ctx.Err(); err != nil {
-			return err
+	sums := map[string]map[string]*benchFuseSum{}
+	for _, t := range benchFuseTests {
+		sums[t.name] = map[string]*benchFuseSum{}
+		for _, tg := range targets {
+			sums[t.name][tg.name] = &benchFuseSum{}
 		}
-		if err := tg.fs.mkdir(fmt.Sprintf("m%d", round)); err != nil {
-			return fmt.Errorf("%s: mkdir: %w", tg.name, err)
-		}
-		dir := fmt.Sprintf("m%d", round)
-		// create: each worker makes files until the time or the files run out.
-		made := make([][]string, o.workers)
-		n, el, err := timed(o.workers, o.duration, o.files/o.workers, func(w, i int) error {
-			name := fmt.Sprintf("%s/w%d-%d", dir, w, i)
-			if err := tg.fs.create(name); err != nil {
+	}
+	for round := range o.rounds {
+		for k := range targets {
+			tg := targets[(round+k)%len(targets)]
+			if err := ctx.Err(); err != nil {
 				return err
 			}
-			made[w] = append(made[w], name)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("%s: create: %w", tg.name, err)
-		}
-		set("create", tg.name, float64(n)/el.Seconds())
-		// stat of the created files, round robin.
-		n, el, err = timed(o.workers, o.duration, 0, func(w, i int) error {
-			if len(made[w]) == 0 {
-				return errStop
+			if err := benchFuseRound(ctx, o, self, tg, round, sums); err != nil {
+				return fmt.Errorf("%s, round %d: %w", tg.name, round+1, err)
 			}
-			return tg.fs.stat(made[w][i%len(made[w])])
-		})
-		if err != nil {
-			return fmt.Errorf("%s: stat: %w", tg.name, err)
-		}
-		set("stat", tg.name, float64(n)/el.Seconds())
-		// open-read-close of 4 KiB files (written untimed).
-		for w := range made {
-			for _, name := range made[w] {
-				if err := tg.fs.writeSmall(name, small); err != nil {
-					return fmt.Errorf("%s: write: %w", tg.name, err)
-				}
-			}
-		}
-		bufs := make([][]byte, o.workers)
-		for w := range bufs {
-			bufs[w] = make([]byte, 4096)
-		}
-		n, el, err = timed(o.workers, o.duration, 0, func(w, i int) error {
-			if len(made[w]) == 0 {
-				return errStop
-			}
-			return tg.fs.readSmall(made[w][i%len(made[w])], bufs[w])
-		})
-		if err != nil {
-			return fmt.Errorf("%s: open-read-close: %w", tg.name, err)
-		}
-		set("open-read-close 4KiB", tg.name, float64(n)/el.Seconds())
-		// remove every created file.
-		n, el, err = timed(o.workers, time.Hour, 0, func(w, i int) error {
-			if i >= len(made[w]) {
-				return errStop
-			}
-			return tg.fs.remove(made[w][i])
-		})
-		if err != nil {
-			return fmt.Errorf("%s: remove: %w", tg.name, err)
-		}
-		set("remove", tg.name, float64(n)/el.Seconds())
-		// 1 MiB sequential write (a fresh file, then overwrites) and read.
-		big := fmt.Sprintf("%s/big", dir)
-		if err := tg.fs.writeSeq(big, chunk, o.size); err != nil {
-			return fmt.Errorf("%s: write: %w", tg.name, err)
-		}
-		var bytes atomic.Int64
-		_, el, err = timed(1, o.duration, 0, func(_, _ int) error {
-			if err := tg.fs.writeSeq(big, chunk, o.size); err != nil {
-				return err
-			}
-			bytes.Add(int64(o.size) << 20)
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("%s: sequential write: %w", tg.name, err)
-		}
-		set("write 1MiB seq (MiB/s)", tg.name, float64(bytes.Load())/float64(1<<20)/el.Seconds())
-		bytes.Store(0)
-		_, el, err = timed(1, o.duration, 0, func(_, _ int) error {
-			got, err := tg.fs.readSeq(big, chunk)
-			bytes.Add(int64(got))
-			if err == nil && got != o.size<<20 {
-				err = fmt.Errorf("read %d bytes of %d", got, o.size<<20)
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("%s: sequential read: %w", tg.name, err)
-		}
-		set("read 1MiB seq (MiB/s)", tg.name, float64(bytes.Load())/float64(1<<20)/el.Seconds())
-		if err := tg.fs.remove(big); err != nil {
-			return fmt.Errorf("%s: remove: %w", tg.name, err)
 		}
 	}
 	t := &benchTable{
-		Title:   fmt.Sprintf("bench fuse: ops/s (or MiB/s) with %d workers, %v per test; %s", o.workers, o.duration, where),
-		Columns: []string{"TEST", "OCTOFS FUSE", "LOOPBACK FUSE (tmpfs)", "OCTOFS/LOOPBACK", "NATIVE API", "FUSE/NATIVE"},
+		Title: fmt.Sprintf("bench fuse: ops/s (or MiB/s) with %d workers, %d rounds of %v per test and target, taking turns; %s",
+			o.workers, o.rounds, o.duration, where),
+		Columns: []string{"TEST", "OCTOFS FUSE", "LOOPBACK FUSE (tmpfs)", "OCTOFS/LOOPBACK", "NATIVE API", "FUSE/NATIVE", "RPCs/OP FUSE", "RPCs/OP NATIVE"},
 	}
-	for _, name := range []string{"create", "stat", "open-read-close 4KiB", "remove", "write 1MiB seq (MiB/s)", "read 1MiB seq (MiB/s)"} {
-		r := results[name]
-		t.add(name, figure(r.octofs), figure(r.loopback), ratio(r.octofs, r.loopback), figure(r.native), ratio(r.octofs, r.native))
+	for _, test := range benchFuseTests {
+		r := sums[test.name]
+		oc, lo, na := r["octofs"], r["loopback"], r["native"]
+		fr, nr := "-", "-"
+		if !test.bandwidth {
+			fr, nr = oc.rpcsPerOp(), na.rpcsPerOp()
+		}
+		t.add(test.name, figure(oc.rate()), figure(lo.rate()), ratio(oc.rate(), lo.rate()), figure(na.rate()), ratio(oc.rate(), na.rate()), fr, nr)
 	}
-	t.note("both mounts are served by this process with the same options (1 MiB max write and read-ahead, 1s entry and attribute timeouts)")
-	t.note("stat through a mount is mostly the kernel's attribute cache; the native API resolves the path at the cluster every time")
+	t.note("both mounts are served by this process with the same options: 1 MiB max write, %d KiB read-ahead, 1s entry and attribute timeouts, default_permissions", o.readAhead>>10)
+	t.note("the kernel takes a directory's lock for each create and remove in it: in one directory they run one at a time, one round trip chain each")
+	t.note("stat through a mount is mostly the kernel's attribute cache (a lookup per file and second); the native API resolves the path at the cluster every time")
 	t.note("targets (issue 14): OCTOFS/LOOPBACK at least 0.70x for every row")
 	return t.print(cmd.OutOrStdout(), o.cluster.json)
+}
+
+// benchFuseTarget is a target: a mounted directory, which a child process
+// works in (so that the process making the system calls is not the one
+// answering them, as with any real mount), or the native API, used in
+// this process. c, if set, is the client whose RPCs are counted.
+type benchFuseTarget struct {
+	name string
+	root string
+	fs   benchFS
+	c    *client.Client
+}
+
+// benchFuseRound runs every test once on tg, in a directory of the round's,
+// and adds the results to sums.
+func benchFuseRound(ctx context.Context, o *benchFuseOptions, self string, tg benchFuseTarget, round int, sums map[string]map[string]*benchFuseSum) error {
+	dir := fmt.Sprintf("r%d", round)
+	run := func(spec benchFuseSpec) (benchFuseResult, error) {
+		spec.Dir, spec.Workers, spec.Duration, spec.Files, spec.SizeMiB = dir, o.workers, o.duration, o.files/o.workers, o.size
+		if tg.fs != nil {
+			return runBenchFuseSpec(tg.fs, spec)
+		}
+		return runBenchFuseChild(ctx, self, tg.root, spec)
+	}
+	if _, err := run(benchFuseSpec{Test: "setup"}); err != nil {
+		return err
+	}
+	var made map[string][]int
+	for _, test := range benchFuseTests {
+		var rpcs uint64
+		if tg.c != nil {
+			rpcs = rpcCount(tg.c)
+		}
+		res, err := run(benchFuseSpec{Test: test.kind, Made: made[test.kind]})
+		if err != nil {
+			return err
+		}
+		s := sums[test.name][tg.name]
+		s.elapsed += res.Elapsed
+		if test.bandwidth {
+			s.ops += float64(res.Ops * o.size)
+		} else {
+			s.ops += float64(res.Ops)
+			s.count += res.Ops
+			if tg.c != nil {
+				s.rpcs += rpcCount(tg.c) - rpcs
+			}
+		}
+		switch test.kind {
+		case "create-shared":
+			made = map[string][]int{"stat": res.Made, "read-small": res.Made, "remove-shared": res.Made, "write-small": res.Made}
+		case "create-own":
+			made["remove-own"] = res.Made
+		case "stat":
+			// The files are written (untimed) for the reads.
+			if _, err := run(benchFuseSpec{Test: "write-small", Made: made["write-small"]}); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := run(benchFuseSpec{Test: "teardown"})
+	return err
+}
+
+// benchFuseSpec is one test of one round on one target, as the child
+// process gets it (JSON in --worker).
+type benchFuseSpec struct {
+	Test     string        `json:"test"`
+	Dir      string        `json:"dir"`
+	Workers  int           `json:"workers"`
+	Duration time.Duration `json:"duration"`
+	// Files is how many files a worker creates at most.
+	Files int `json:"files"`
+	// Made is how many files each worker created (for the tests that use
+	// them).
+	Made    []int `json:"made,omitempty"`
+	SizeMiB int   `json:"size_mib"`
+}
+
+// benchFuseResult is a test's outcome: operations (or whole-file passes
+// for the bandwidth tests) in Elapsed, and for a create how many files
+// each worker made.
+type benchFuseResult struct {
+	Ops     int           `json:"ops"`
+	Elapsed time.Duration `json:"elapsed"`
+	Made    []int         `json:"made,omitempty"`
+}
+
+// runBenchFuseChild runs spec in a child process working in root.
+func runBenchFuseChild(ctx context.Context, self, root string, spec benchFuseSpec) (benchFuseResult, error) {
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return benchFuseResult{}, err
+	}
+	cmd := exec.CommandContext(ctx, self, "bench", "fuse", "--worker", string(js), "--worker-root", root)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return benchFuseResult{}, fmt.Errorf("%s: %w: %s", spec.Test, err, strings.TrimSpace(stderr.String()))
+	}
+	var res benchFuseResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return benchFuseResult{}, fmt.Errorf("%s: the worker's answer %q: %w", spec.Test, out, err)
+	}
+	return res, nil
+}
+
+// runBenchFuseWorker is the child process: it runs one test in root and
+// prints the result as JSON.
+func runBenchFuseWorker(w io.Writer, root, specJSON string) error {
+	var spec benchFuseSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return fmt.Errorf("--worker: %w", err)
+	}
+	res, err := runBenchFuseSpec(dirFS{root}, spec)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(w).Encode(res)
+}
+
+// runBenchFuseSpec runs one test on fsys.
+func runBenchFuseSpec(fsys benchFS, spec benchFuseSpec) (benchFuseResult, error) {
+	dir := spec.Dir
+	shared := func(w, i int) string { return fmt.Sprintf("%s/w%d-%d", dir, w, i) }
+	own := func(w, i int) string { return fmt.Sprintf("%s/w%d/%d", dir, w, i) }
+	result := func(n int, el time.Duration, err error) (benchFuseResult, error) {
+		if err != nil {
+			return benchFuseResult{}, fmt.Errorf("%s: %w", spec.Test, err)
+		}
+		return benchFuseResult{Ops: n, Elapsed: el}, nil
+	}
+	// each runs op on every file each worker made, until the time is up
+	// (cycling) or, with once, the files run out.
+	each := func(once bool, limit time.Duration, op func(name string) error, name func(w, i int) string) (benchFuseResult, error) {
+		if len(spec.Made) != spec.Workers {
+			return benchFuseResult{}, fmt.Errorf("%s: no files made", spec.Test)
+		}
+		return result(timed(spec.Workers, limit, 0, func(w, i int) error {
+			k := spec.Made[w]
+			if k == 0 || once && i >= k {
+				return errStop
+			}
+			return op(name(w, i%k))
+		}))
+	}
+	switch spec.Test {
+	case "setup":
+		if err := fsys.mkdir(dir); err != nil {
+			return result(0, 0, err)
+		}
+		for w := range spec.Workers {
+			if err := fsys.mkdir(fmt.Sprintf("%s/w%d", dir, w)); err != nil {
+				return result(0, 0, err)
+			}
+		}
+		return benchFuseResult{}, nil
+	case "teardown":
+		for w := range spec.Workers {
+			if err := fsys.remove(fmt.Sprintf("%s/w%d", dir, w)); err != nil {
+				return result(0, 0, err)
+			}
+		}
+		return result(0, 0, fsys.remove(dir))
+	case "create-shared", "create-own":
+		name := shared
+		if spec.Test == "create-own" {
+			name = own
+		}
+		made := make([]int, spec.Workers)
+		res, err := result(timed(spec.Workers, spec.Duration, spec.Files, func(w, i int) error {
+			if err := fsys.create(name(w, i)); err != nil {
+				return err
+			}
+			made[w]++
+			return nil
+		}))
+		res.Made = made
+		return res, err
+	case "stat":
+		return each(false, spec.Duration, fsys.stat, shared)
+	case "write-small":
+		small := make([]byte, 4096)
+		return each(true, time.Hour, func(name string) error { return fsys.writeSmall(name, small) }, shared)
+	case "read-small":
+		bufs := make(chan []byte, spec.Workers)
+		for range spec.Workers {
+			bufs <- make([]byte, 4096)
+		}
+		return each(false, spec.Duration, func(name string) error {
+			b := <-bufs
+			defer func() { bufs <- b }()
+			return fsys.readSmall(name, b)
+		}, shared)
+	case "remove-shared":
+		return each(true, time.Hour, fsys.remove, shared)
+	case "remove-own":
+		return each(true, time.Hour, fsys.remove, own)
+	case "write-seq", "read-seq":
+		chunk := make([]byte, 1<<20)
+		for i := range chunk {
+			chunk[i] = byte(i * 31)
+		}
+		big := dir + "/big"
+		if spec.Test == "write-seq" {
+			// A fresh file first (untimed), then overwrites.
+			if err := fsys.writeSeq(big, chunk, spec.SizeMiB); err != nil {
+				return result(0, 0, err)
+			}
+			return result(timed(1, spec.Duration, 0, func(_, _ int) error { return fsys.writeSeq(big, chunk, spec.SizeMiB) }))
+		}
+		res, err := result(timed(1, spec.Duration, 0, func(_, _ int) error {
+			got, err := fsys.readSeq(big, chunk)
+			if err == nil && got != spec.SizeMiB<<20 {
+				err = fmt.Errorf("read %d bytes of %d", got, spec.SizeMiB<<20)
+			}
+			return err
+		}))
+		if err == nil {
+			err = fsys.remove(big)
+		}
+		return res, err
+	}
+	return benchFuseResult{}, fmt.Errorf("unknown test %q", spec.Test)
 }
 
 // errStop ends a worker of timed early without an error.
