@@ -9,7 +9,11 @@
 //   - perftest:    ib_write_bw, ib_read_bw, ib_read_lat, ib_send_lat
 //     between two guests, the raw baseline;
 //   - bench:       octoctl bench rdma --provider verbs between the same
-//     guests, printed beside perftest with ratios.
+//     guests, printed beside perftest with ratios;
+//   - fs:          an octofs cluster, one `octofs serve` per guest on its
+//     devdax NVDIMM, mounted with FUSE in vm1: go-fuse's posixtest and a
+//     copy-and-verify of a tree, with the verbs provider on rxe0 and then
+//     the soft provider on the same guests, printed side by side.
 //
 // It ends with one "N passed, N failed" line and kills every process it
 // started, on success, failure, panic or signal. vmtest/mkimage.sh builds
@@ -19,6 +23,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -40,8 +45,7 @@ type step struct {
 	run  func(ctx context.Context, c *cluster, r *report) error
 }
 
-// steps is the plan. Later issues add an octofs cluster and a FUSE mount
-// here, as more named steps over the same guests.
+// steps is the plan.
 var steps = []step{
 	{"rxe", "each guest has an active rxe0 and reaches its peers over it", stepRXE},
 	{"conformance", "rdma conformance suite and the provider's own tests, verbs provider on rxe0 (vm1)", stepConformance},
@@ -49,6 +53,7 @@ var steps = []step{
 	{"fsdax", "an fsdax mapping cannot be registered (vm2's NVDIMM, ext4 -o dax)", stepFsDax},
 	{"perftest", "perftest baseline between vm1 and vm2", stepPerftest},
 	{"bench", "octoctl bench rdma --provider verbs between vm1 and vm2, beside perftest", stepBench},
+	{"fs", "an octofs cluster on the guests' devdax NVDIMMs mounted in vm1: posixtest and a copied tree, verbs on rxe0 beside soft", stepFS},
 }
 
 func main() {
@@ -59,7 +64,7 @@ func main() {
 		mtu      = flag.Int("mtu", 9000, "MTU of the virtual link")
 		keep     = flag.Bool("keep", false, "keep the guests running after the steps until Ctrl-C (to attach to their consoles)")
 		link     = flag.String("link", "auto", "how guests are linked: hub (an L2 hub in the harness), direct (two guests, one NIC listening for the other), auto (direct for two guests)")
-		deadline = flag.Duration("timeout", 9*time.Minute, "bound on the whole run")
+		deadline = flag.Duration("timeout", 25*time.Minute, "bound on the whole run")
 	)
 	flag.Func("exec", "`vmN:command` to run in a guest after the steps, its output printed (repeatable; for debugging)", func(s string) error {
 		name, cmd, ok := strings.Cut(s, ":")
@@ -152,7 +157,7 @@ func run(work string, nvms int, only string, mtu int, keep bool, link string, de
 		return 1
 	}
 	share := filepath.Join(work, "share")
-	octoctlErr, err := buildBinaries(ctx, root, share, procs)
+	octoctlErr, fsErr, err := buildBinaries(ctx, root, share, procs)
 	if err != nil {
 		r.fail("build", err.Error())
 		return 1
@@ -184,6 +189,9 @@ func run(work string, nvms int, only string, mtu int, keep bool, link string, de
 	c.share = share
 	if octoctlErr != nil {
 		c.octoctlErr = octoctlErr.Error()
+	}
+	if fsErr != nil {
+		c.fsErr = fsErr.Error()
 	}
 	r.pass("boot", fmt.Sprintf("%d guests up in %.0fs (%s, %s link, MTU %d), consoles in %s", nvms, time.Since(t).Seconds(), c.vms[0].hello.Kernel, link, mtu, runDir))
 
@@ -261,44 +269,54 @@ func buildImage(ctx context.Context, root, work string, procs *procTable) error 
 }
 
 // buildBinaries builds what the guests run into the share's bin/: the
-// agent (static), the verbs conformance test binary and octoctl with the
-// verbs provider (cgo, dynamically linked against the guest's glibc and
-// libibverbs, which are Debian 12's like this host's). octoctl failing to
-// build only costs the bench step, reported as octoctlErr.
-func buildBinaries(ctx context.Context, root, share string, procs *procTable) (octoctlErr, err error) {
+// agent (static), the verbs conformance test binary, octoctl and octofs
+// with the verbs provider (cgo, dynamically linked against the guest's
+// glibc and libibverbs, which are Debian 12's like this host's), and for
+// the fs step the fuse package's test binary and pmemformat (static), and
+// the repository's tracked files as share/src.tar. octoctl failing to
+// build only costs the bench and fs steps (octoctlErr), the fs step's
+// pieces only that step (fsErr).
+func buildBinaries(ctx context.Context, root, share string, procs *procTable) (octoctlErr, fsErr, err error) {
 	bin := filepath.Join(share, "bin")
 	os.RemoveAll(bin)
 	if err := os.MkdirAll(bin, 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	builds := []struct {
-		env  []string
-		args []string
-	}{
-		{[]string{"CGO_ENABLED=0"}, []string{"build", "-o", filepath.Join(bin, "vmagent"), "./vmtest/agent"}},
-		{[]string{"CGO_ENABLED=1"}, []string{"test", "-c", "-tags", "verbs", "-o", filepath.Join(bin, "verbs.test"), "./rdma/verbs"}},
-		{[]string{"CGO_ENABLED=1"}, []string{"build", "-tags", "verbs", "-o", filepath.Join(bin, "octoctl"), "./cmd/octoctl"}},
+	goCmd := func(env []string, args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Env = append(os.Environ(), env...)
+		return cmd
+	}
+	builds := []*exec.Cmd{
+		goCmd([]string{"CGO_ENABLED=0"}, "build", "-o", filepath.Join(bin, "vmagent"), "./vmtest/agent"),
+		goCmd([]string{"CGO_ENABLED=1"}, "test", "-c", "-tags", "verbs", "-o", filepath.Join(bin, "verbs.test"), "./rdma/verbs"),
+		goCmd([]string{"CGO_ENABLED=1"}, "build", "-tags", "verbs", "-o", filepath.Join(bin, "octoctl"), "./cmd/octoctl"),
+		goCmd([]string{"CGO_ENABLED=1"}, "build", "-tags", "verbs", "-o", filepath.Join(bin, "octofs"), "./cmd/octofs"),
+		goCmd([]string{"CGO_ENABLED=0"}, "test", "-c", "-o", filepath.Join(bin, "fuse.test"), "./fuse"),
+		goCmd([]string{"CGO_ENABLED=0"}, "build", "-o", filepath.Join(bin, "pmemformat"), "./vmtest/pmemformat"),
+		// The tree the fs step copies: what git tracks, else the
+		// working tree without build outputs.
+		exec.CommandContext(ctx, "sh", "-c", `if git rev-parse --git-dir >/dev/null 2>&1; then
+			git ls-files -z | tar --null -T - -cf "$0"
+		else
+			tar --exclude=./.work --exclude=./bin --exclude=./.git -cf "$0" .
+		fi`, filepath.Join(share, "src.tar")),
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(builds))
-	for i, b := range builds {
+	for i, cmd := range builds {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cmd := exec.CommandContext(ctx, "go", b.args...)
 			cmd.Dir = root
-			cmd.Env = append(os.Environ(), b.env...)
 			errs[i] = runLogged(cmd, procs)
 		}()
 	}
 	wg.Wait()
-	if errs[0] != nil {
-		return nil, errs[0]
+	if err := errors.Join(errs[0], errs[1]); err != nil {
+		return nil, nil, err
 	}
-	if errs[1] != nil {
-		return nil, errs[1]
-	}
-	return errs[2], nil
+	return errs[2], errors.Join(errs[2:]...), nil
 }
 
 // runLogged runs a host command, recorded in procs, and returns its output
@@ -325,8 +343,9 @@ type cluster struct {
 	procs  *procTable
 	share  string
 	runDir string // logs and sockets (bootConfig.RunDir)
-	// octoctlErr is why octoctl did not build, if it did not.
-	octoctlErr string
+	// octoctlErr is why octoctl did not build, if it did not; fsErr why
+	// something the fs step needs did not.
+	octoctlErr, fsErr string
 	// baseline holds perftest's figures for the bench step.
 	baseline map[string]perfResult
 }
@@ -354,9 +373,13 @@ func startCluster(ctx context.Context, bc bootConfig, n int, direct bool, procs 
 		}
 	}
 	// vm1 carries an emulated NVDIMM as devdax, vm2 one as fsdax, for the
-	// devdax and fsdax steps.
-	specs[0].Pmem, specs[0].PmemSize = "devdax", 256<<20
-	specs[1].Pmem, specs[1].PmemSize = "fsdax", 256<<20
+	// devdax and fsdax steps; vm2 and every further guest a devdax one
+	// too, so that every guest has a devdax region for the fs step's
+	// nodes (vm1 shares its own with the devdax step, which runs first).
+	for i := range specs {
+		specs[i].Pmem, specs[i].PmemSize = []string{"devdax"}, 256<<20
+	}
+	specs[1].Pmem = []string{"fsdax", "devdax"}
 	c.vms = make([]*vm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

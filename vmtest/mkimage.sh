@@ -2,7 +2,7 @@
 # mkimage.sh builds the guest kernel and initramfs of the VM harness from
 # Debian packages: Debian's linux-image-amd64 kernel with the modules the
 # harness needs (virtio, 9p, rdma_rxe and its crc32 dependency, nvdimm/dax,
-# ext4), busybox-static as the base system, and the RDMA userspace
+# ext4, fuse), busybox-static as the base system, and the RDMA userspace
 # (libibverbs1, ibverbs-providers, ibverbs-utils, perftest, iproute2's rdma)
 # with exactly the shared libraries those programs load.
 #
@@ -35,6 +35,7 @@ modules=(
 	virtio_pci virtio_net virtio_console 9p 9pnet_virtio
 	crc32_generic crc32-pclmul ib_core ib_uverbs rdma_rxe
 	nfit libnvdimm nd_pmem nd_btt dax_pmem device_dax ext4 crc32c_generic crc32c-intel
+	fuse
 )
 
 if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then

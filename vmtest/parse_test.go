@@ -130,3 +130,19 @@ func TestParseUnits(t *testing.T) {
 		}
 	}
 }
+
+func TestCountVoters(t *testing.T) {
+	for name, tc := range map[string]struct {
+		status string
+		want   int
+	}{
+		"indented": {"{\n  \"voters\": [\n    \"n1\",\n    \"n2\"\n  ],\n  \"nonvoters\": [\"n3\"],\n  \"node_states\": {\"up\": 3}\n}", 2},
+		"one line": {`{"voters":["n1","n2","n3"],"nonvoters":null}`, 3},
+		"empty":    {`{"voters": [], "nonvoters": ["n1"]}`, 0},
+		"null":     {`{"voters": null}`, 0},
+	} {
+		if got := countVoters(tc.status); got != tc.want {
+			t.Errorf("%s: countVoters = %d, want %d", name, got, tc.want)
+		}
+	}
+}

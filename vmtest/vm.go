@@ -25,9 +25,10 @@ type vmSpec struct {
 	// LinkServer makes this guest's NIC listen on HubSock instead of
 	// connecting to it: the first of two directly linked guests.
 	LinkServer bool
-	// Pmem, if not "", gives the guest an emulated NVDIMM of PmemSize
-	// bytes backed by a file, set up as "devdax" or "fsdax" by init.
-	Pmem     string
+	// Pmem gives the guest an emulated NVDIMM of PmemSize bytes, backed
+	// by a file, for each entry, set up by init as the entry says:
+	// "devdax" or "fsdax". The i-th is the kernel's region i.
+	Pmem     []string
 	PmemSize int64
 }
 
@@ -110,13 +111,15 @@ func bootVM(ctx context.Context, bc bootConfig, spec vmSpec, procs *procTable) (
 		"-chardev", fmt.Sprintf("socket,id=agent,path=%s", agentSock),
 		"-device", "virtserialport,chardev=agent,name=" + agentproto.PortName,
 	}
-	if spec.Pmem != "" {
-		pmemFile := filepath.Join(bc.RunDir, spec.Name+".pmem")
-		args = append(args,
-			"-machine", "pc,nvdimm=on", "-m", "512M,slots=2,maxmem=2G",
-			"-object", fmt.Sprintf("memory-backend-file,id=pm0,share=on,mem-path=%s,size=%d", pmemFile, spec.PmemSize),
-			"-device", "nvdimm,id=nv0,memdev=pm0")
-		appendArgs = append(appendArgs, "octo.pmem="+spec.Pmem)
+	if len(spec.Pmem) > 0 {
+		args = append(args, "-machine", "pc,nvdimm=on", "-m", fmt.Sprintf("512M,slots=%d,maxmem=4G", len(spec.Pmem)+1))
+		for i := range spec.Pmem {
+			pmemFile := filepath.Join(bc.RunDir, fmt.Sprintf("%s-%d.pmem", spec.Name, i))
+			args = append(args,
+				"-object", fmt.Sprintf("memory-backend-file,id=pm%d,share=on,mem-path=%s,size=%d", i, pmemFile, spec.PmemSize),
+				"-device", fmt.Sprintf("nvdimm,id=nv%d,memdev=pm%d", i, i))
+		}
+		appendArgs = append(appendArgs, "octo.pmem="+strings.Join(spec.Pmem, ","))
 	} else {
 		args = append(args, "-machine", "pc", "-m", "512M")
 	}

@@ -93,7 +93,7 @@ option).`,
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the cluster token (or set OCTOFS_TOKEN)")
 	f.StringVar(&o.provider, "rdma-provider", provider.Default, "RDMA provider: "+strings.Join(provider.Names(), ", "))
 	f.StringVar(&o.rdmaDevice, "rdma-device", "", "verbs: device name such as rxe0 (default: the first active one)")
-	f.StringVar(&o.softAddr, "soft-addr", "", "soft provider: host:port of this client's software NIC (default: loopback, any port)")
+	f.StringVar(&o.softAddr, "soft-addr", "", "soft provider: host:port of this client's software NIC, which the nodes must reach (default: the local address that routes to the first --cluster address, any port)")
 	f.BoolVar(&o.daemon, "daemon", false, "return once mounted and keep serving in the background")
 	f.StringVar(&o.logFile, "log-file", "", "write logs here (default: standard error; with --daemon, /dev/null)")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
@@ -156,10 +156,9 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 	} else if !st.IsDir() {
 		return fmt.Errorf("mount point %s is not a directory", dir)
 	}
+	// An empty soft address lets the client pick the local address that
+	// routes to the cluster, which the nodes can reach back.
 	softAddr := o.softAddr
-	if softAddr == "" {
-		softAddr = "127.0.0.1:0"
-	}
 	hostname, _ := os.Hostname()
 	cctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
 	defer cancel()
