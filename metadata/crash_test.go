@@ -374,8 +374,11 @@ func crashRun(t *testing.T, mode string, seed uint64) bool {
 	)
 	crash := func() {
 		once.Do(func() {
-			img := tracker.CrashImage(crashRng)
+			// Cut the node off first: whatever it sent until now depends
+			// only on what was durable then, which the image holds (its
+			// other goroutines keep running until Kill).
 			c.Isolate(victim)
+			img := tracker.CrashImage(crashRng)
 			go func() {
 				defer close(restart)
 				c.Kill(victim)
