@@ -107,7 +107,7 @@ KILLSEED ?= 0
 # Kill tests: three octofs serve processes; a random node is SIGKILLed at
 # KILLPOINTS random points of cross-node creates, renames, links, unlinks,
 # mkdirs and rmdirs, restarted, and the namespace checked against the
-# acknowledged operations (make test runs 200, within 8 minutes). A failure prints its seed:
+# acknowledged operations (make test runs up to 200 within 5 minutes). A failure prints its seed:
 # make killtest KILLSEED=<seed> replays the same choices (not the same timing).
 killtest:
 	$(GO) test $(GOFLAGS) -count=1 -timeout 180m -run '^TestKillNodes$$' -v ./client/ \

@@ -23,7 +23,7 @@ func newClusterClient(t *testing.T, o nodetest.Options) (*nodetest.Cluster, *cli
 	tc := nodetest.Start(t, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, Name: t.Name(), OpTimeout: 20 * time.Second})
+	c, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, Name: t.Name(), OpTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,24 +142,27 @@ func TestClusterOpenFileSurvivesOwnerRestart(t *testing.T) {
 // TestClusterDownNodeTimesOut: a call to a node that is gone fails with
 // ETIMEDOUT within the operation timeout, reads and writes included.
 func TestClusterDownNodeTimesOut(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-node cluster; skipped with -short")
-	}
-	tc := nodetest.Start(t, nodetest.Options{})
+	tc, setup := newClusterClient(t, nodetest.Options{})
 	ctx := context.Background()
+	// The setup runs with the generous timeout of newClusterClient; the
+	// client under test has 2 s.
+	a, sf, err := setup.Create(ctx, client.RootCred, 1, "f", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sf.WriteAt(ctx, []byte("x"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := sf.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
 	c, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, OpTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	a, f, err := c.Create(ctx, client.RootCred, 1, "f", 0o644, syscall.O_RDWR)
+	f, err := c.Open(ctx, client.RootCred, a.Ino, syscall.O_RDWR)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.WriteAt(ctx, []byte("x"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	owner, _ := c.Map().OwnerOfInode(a.Ino)
@@ -194,11 +197,6 @@ func TestClusterDownNodeTimesOut(t *testing.T) {
 		t.Logf("%s: %v after %v", name, err, el.Round(time.Millisecond))
 	}
 }
-
-// TestClusterKnownInodeRouting: removals and renames that name the inode
-// the caller believes a name names go to that inode's owner first, one
-// RPC each, and a wrong belief (an inode that is gone, or another live
-// inode) never changes the outcome, only costs a redirect or a retry.
 func TestClusterKnownInodeRouting(t *testing.T) {
 	_, c := newClusterClient(t, nodetest.Options{})
 	ctx := context.Background()

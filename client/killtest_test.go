@@ -34,7 +34,7 @@ import (
 var (
 	killPoints = flag.Int("client.killpoints", 0, "kill points of TestKillNodes (0: 200, or 10 with -short)")
 	killSeed   = flag.Uint64("client.killseed", 0, "seed of TestKillNodes (0: random; a failure prints its seed)")
-	killBudget = flag.Duration("client.killbudget", 0, "time after which TestKillNodes stops taking kill points (0: 8m, or none when -client.killpoints is given)")
+	killBudget = flag.Duration("client.killbudget", 0, "time after which TestKillNodes stops taking kill points (0: 5m, at most half the test timeout left, or none when -client.killpoints is given)")
 )
 
 // killWorkers is how many goroutines issue operations at once.
@@ -48,8 +48,12 @@ func TestKillNodes(t *testing.T) {
 			points = 10
 		}
 		if budget == 0 {
-			budget = 8 * time.Minute
+			budget = 5 * time.Minute
 		}
+	}
+	// Leave the other tests of the package room within go test's timeout.
+	if dl, ok := t.Deadline(); ok && budget > 0 {
+		budget = max(min(budget, time.Until(dl)/2), 30*time.Second)
 	}
 	seed := *killSeed
 	if seed == 0 {
