@@ -57,7 +57,8 @@ memory, interleaved 4 MiB by 4 MiB in the same run:
   RPCs per read.
 
 Without --server it starts a cluster of --nodes ` + "`octofs serve`" + ` processes on
-loopback (file-backed regions under a temporary directory; --octofs names
+loopback (file-backed regions in a temporary directory on tmpfs where there is
+one, else on disk; --work-dir chooses; --octofs names
 the program, by default the octofs next to octoctl or on PATH) and stops it
 at the end. With --server and the token it measures that cluster, in a
 directory of its own that it removes afterwards.
@@ -135,7 +136,7 @@ func runBenchData(ctx context.Context, cmd *cobra.Command, o *benchDataOptions) 
 			}
 		}()
 		admin, token = tc.AdminAddrs(), tc.Token
-		where = fmt.Sprintf("%d octofs serve processes on loopback started by this command (file-backed regions in %s)", len(tc.Nodes), dir)
+		where = fmt.Sprintf("%d octofs serve processes on loopback started by this command (regions are files in %s)", len(tc.Nodes), dir)
 	}
 	cctx, cancel := context.WithTimeout(ctx, o.cluster.timeout)
 	c, err := client.New(cctx, client.Config{Admin: admin, Token: token, Provider: o.provider, Name: "octoctl-bench-data", OpTimeout: 30 * time.Second})
@@ -172,7 +173,15 @@ func startBenchDataCluster(ctx context.Context, o *benchDataOptions, p *benchDat
 	}
 	dir := o.keepDir
 	if dir == "" {
-		if dir, err = os.MkdirTemp("", "octoctl-bench-data-"); err != nil {
+		// Regions on tmpfs where there is one (as bench meta does): on a
+		// plain file on a disk every fence is an msync to the disk, which
+		// measures the disk, not octofs (pmem persists in a fence). Give
+		// --work-dir on a disk to see that.
+		base := ""
+		if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+			base = "/dev/shm"
+		}
+		if dir, err = os.MkdirTemp(base, "octoctl-bench-data-"); err != nil {
 			return nil, "", err
 		}
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
