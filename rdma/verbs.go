@@ -262,7 +262,16 @@ type Endpoint struct {
 	// Addr is a transport address for providers that carry RC over a
 	// network of their own (the soft provider: host:port).
 	Addr string
+	// Secret is a random value that a provider carrying RC over a
+	// network of its own (soft) requires of whoever claims to be this
+	// queue pair's peer: only a side that was told this Endpoint through
+	// the connection manager can connect to the queue pair. Providers
+	// whose fabric identifies peers itself (verbs) leave it zero.
+	Secret [SecretSize]byte
 }
+
+// SecretSize is the length of Endpoint.Secret.
+const SecretSize = 16
 
 // QPConfig sizes a queue pair (struct ibv_qp_init_attr).
 type QPConfig struct {
@@ -275,6 +284,14 @@ type QPConfig struct {
 	MaxInline              int
 	// SignalAll makes every send request signaled (sq_sig_all).
 	SignalAll bool
+}
+
+// QPCaps are the sizes a device granted a queue pair, which may exceed
+// what QPConfig asked for (devices round queue sizes up).
+type QPCaps struct {
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInline              int
 }
 
 // QPAttr carries the attributes of a state transition (struct
@@ -396,6 +413,8 @@ type CQ interface {
 type QP interface {
 	QPN() uint32
 	State() QPState
+	// Caps returns the queue sizes the device granted the queue pair.
+	Caps() QPCaps
 	// Endpoint returns what the peer needs to connect to this queue pair.
 	Endpoint() Endpoint
 	// Modify moves the queue pair to attr.State.
