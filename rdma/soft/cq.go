@@ -23,7 +23,7 @@ type cq struct {
 	notify chan struct{}
 	// driver is the link a goroutine in Wait reads (link.go), to be
 	// interrupted when a completion arrives from elsewhere.
-	driver *link
+	driver atomic.Pointer[link]
 	// idleHint is set when a link of a queue pair of the CQ went idle
 	// (link.releaseLocked): a Wait that is going to sleep hands such
 	// links to their background goroutines.
@@ -48,7 +48,7 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 		c.mu.Unlock()
 		return false
 	}
-	d := c.driver
+	d := c.driver.Load()
 	if c.n == len(c.ring) {
 		c.overrun = true
 		c.mu.Unlock()
@@ -80,11 +80,7 @@ func (c *cq) wake(d *link) {
 	}
 }
 
-func (c *cq) setDriver(r *link) {
-	c.mu.Lock()
-	c.driver = r
-	c.mu.Unlock()
-}
+func (c *cq) setDriver(r *link) { c.driver.Store(r) }
 
 // pending reports whether Poll would return something: a completion or
 // an error.

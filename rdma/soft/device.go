@@ -37,6 +37,14 @@ type Device struct {
 
 	rnrNAKs, resent, timeouts, connsLost, ackFrames atomic.Uint64 // see Stats
 
+	// The janitor's list of links (janitor.go). janMu is taken after
+	// qp.mu.
+	janMu      sync.Mutex
+	janList    map[*link]struct{}
+	janRunning bool
+	janClosed  bool
+	janTick    time.Duration // the janitor's current period
+
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
 }
@@ -88,12 +96,13 @@ func Open(cfg rdma.DeviceConfig) (*Device, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Device{
-		addr:  ln.Addr().String(),
-		ln:    ln,
-		qps:   make(map[uint32]*qp),
-		conns: make(map[net.Conn]struct{}),
-		keys:  keyGen{seed: maphash.MakeSeed()},
-		done:  make(chan struct{}),
+		addr:    ln.Addr().String(),
+		ln:      ln,
+		qps:     make(map[uint32]*qp),
+		conns:   make(map[net.Conn]struct{}),
+		keys:    keyGen{seed: maphash.MakeSeed()},
+		janList: make(map[*link]struct{}),
+		done:    make(chan struct{}),
 	}
 	d.name = "soft:" + d.addr
 	d.log = log.With("device", d.name)
@@ -150,7 +159,10 @@ func (d *Device) Close() error {
 	d.closed = true
 	qps := slices.Collect(maps.Values(d.qps))
 	d.mu.Unlock()
+	d.janMu.Lock()
+	d.janClosed = true
 	close(d.done)
+	d.janMu.Unlock()
 	d.ln.Close()
 	for _, q := range qps {
 		q.Close()

@@ -29,9 +29,10 @@ import (
 //     background goroutine: a READ's response, or a SEND that completes a
 //     receive, reaches the goroutine waiting for it with no hand-off in
 //     between. CQ.Poll drives the link the same way without blocking;
-//   - nobody (rxIdle), between a driver's turns. A grace timer gives the
-//     turn back to the background goroutine if no driver comes back within
-//     idleGrace, so a peer's requests are never left unread for long.
+//   - nobody (rxIdle), between a driver's turns. The device's janitor
+//     (janitor.go) gives the turn back to the background goroutine if no
+//     driver comes back within idleGrace, so a peer's requests are never
+//     left unread for long.
 //
 // A driver that finds the background goroutine holding the turn evicts
 // it (interrupting its read), which costs one wake-up; that happens only
@@ -58,29 +59,31 @@ type link struct {
 	broken    atomic.Bool // the connection failed: nothing more to send
 
 	// Guarded by q.mu:
-	detached   bool // no longer its queue pair's link
-	mode       rxMode
-	gen        uint64 // counts driver turns
-	evicting   bool   // a driver waits for the background goroutine to yield
-	graceArmed bool
-	grace      time.Duration // idleGrace (tests lengthen it)
-	released   time.Time     // when the last driver released the turn
+	detached  bool // no longer its queue pair's link
+	mode      rxMode
+	gen       uint64        // counts driver turns
+	evicting  bool          // a driver waits for the background goroutine to yield
+	watched   bool          // on the device's janitor list (janitor.go)
+	grace     time.Duration // janitor ticks an idle link waits (tests lengthen it)
+	idleTicks time.Duration // how long the janitor has seen it idle
+	janGen    uint64        // gen at the janitor's last look
 
 	// The responder's output, guarded by q.mu (link_tx.go).
-	resp          []respItem // responses in PSN order; resp[respHead:] are unsent
-	respHead      int
-	respSeq       uint64    // the next response's seq
-	ackDue        time.Time // with Faults.SetDelay: the owed ACK is not sent before
-	ackOwed       bool
-	ackPSN        uint32 // the last executed request to acknowledge
-	ackDelay      bool   // the owed ACK may wait for a frame to ride on
-	ackUnsent     int    // requests executed since the last ACK went out
-	ackTimerArmed bool
-	pingpong      bool      // the application answers messages: delay ACKs
-	lastRecv      time.Time // when a request last completed a receive
-	draining      bool      // parting: flush responses and ACKs, then close
-	rxMR          *mr       // the region a WRITE being received targets (watched)
-	rxMRPSN       uint32    // that WRITE's PSN
+	resp        []respItem // responses in PSN order; resp[respHead:] are unsent
+	respHead    int
+	respSeq     uint64    // the next response's seq
+	ackDue      time.Time // with Faults.SetDelay: the owed ACK is not sent before
+	ackOwed     bool
+	ackPSN      uint32 // the last executed request to acknowledge
+	ackDelay    bool   // the owed ACK may wait for a frame to ride on
+	ackUnsent   int    // requests executed since the last ACK went out
+	pingpong    bool   // the application answers messages: delay ACKs
+	recvSinceTx bool   // a receive completed since this side last sent a request
+	ackSeq      uint64 // counts requests executed (janitor)
+	janAckSeq   uint64 // ackSeq at the janitor's last look
+	draining    bool   // parting: flush responses and ACKs, then close
+	rxMR        *mr    // the region a WRITE being received targets (watched)
+	rxMRPSN     uint32 // that WRITE's PSN
 
 	bgWake  chan struct{} // wakes the background goroutine
 	evicted chan struct{} // the background goroutine yielded to a driver
@@ -91,9 +94,6 @@ type link struct {
 	// response that is out already: mrRevoked).
 	respSent atomic.Uint64
 
-	graceTimer *time.Timer
-	ackTimer   *time.Timer
-
 	// intrMu guards parked and interrupted: a reader parked waiting for
 	// the socket can be interrupted (by a read deadline in the past).
 	intrMu      sync.Mutex
@@ -102,6 +102,16 @@ type link struct {
 
 	rx     rxState            // the read turn's holder's
 	readFn func(uintptr) bool // l.readOnce, bound once
+
+	// The driver holding the turn, for driverStop (bound once).
+	drvCQ        *cq
+	drvCtx       context.Context
+	driverStopFn func() bool
+
+	// The context whose end interrupts a parked driver (watchCtxLocked),
+	// guarded by q.mu.
+	ctx     context.Context
+	ctxStop func() bool
 
 	txMu    sync.Mutex
 	tx      txState            // guarded by txMu
@@ -117,14 +127,9 @@ const (
 )
 
 // idleGrace is how long a link may sit unread between a driver's turns
-// before its background goroutine reads it.
-const idleGrace = 200 * time.Microsecond
-
-// ackDelay is how long an ACK for a request that completed a receive
-// waits for a frame going the other way to ride on, like TCP's delayed
-// ACK. It is only taken while the application answers its peer's
-// messages (link.pingpong).
-const ackDelayMax = 500 * time.Microsecond
+// before its background goroutine reads it (give or take a janitor tick;
+// longer while the janitor backs off, see janitor.go).
+const idleGrace = janitorTick
 
 // partTimeout bounds how long a parting link flushes what it owes the
 // peer.
@@ -153,13 +158,10 @@ func (q *qp) attachLinkLocked(nc net.Conn) {
 	l.rx.init(q)
 	l.readFn = l.readOnce
 	l.writeFn = l.writeOnce
+	l.driverStopFn = l.driverStop
 	l.grace = idleGrace
-	l.graceTimer = time.AfterFunc(time.Hour, l.graceFired)
-	l.graceTimer.Stop()
-	l.ackTimer = time.AfterFunc(time.Hour, l.ackTimerFired)
-	l.ackTimer.Stop()
 	q.link = l
-	q.lastProgress = time.Now()
+	q.progress.Add(1)
 	q.dev.wg.Add(2)
 	go l.background()
 	go l.writer()
@@ -255,8 +257,6 @@ func (l *link) close() {
 		l.broken.Store(true)
 		close(l.closed)
 		l.dev.untrack(l.nc)
-		l.graceTimer.Stop()
-		l.ackTimer.Stop()
 		kick(l.bgWake)
 		kick(l.wrWake)
 	})
@@ -291,6 +291,10 @@ func (l *link) background() {
 	defer func() {
 		q.mu.Lock()
 		l.unwatchLocked()
+		if l.ctxStop != nil {
+			l.ctxStop()
+			l.ctx, l.ctxStop = nil, nil
+		}
 		q.mu.Unlock()
 	}()
 	for {
@@ -361,25 +365,25 @@ func (l *link) toBackgroundLocked() {
 	kick(l.bgWake)
 }
 
-// releaseLocked ends a driver's turn. A frame left half read goes to the
-// background goroutine at once; otherwise the link stays idle for the
-// next driver, and the grace timer hands it over if none comes.
-func (l *link) releaseLocked() {
+// releaseLocked ends a driver's turn. The link stays idle for the next
+// driver, and the janitor hands it over if none comes within idleGrace;
+// but a frame left half read by a driver that gives up (its context
+// ended: abandon) goes to the background goroutine at once. (A driver
+// that returns with a completion comes back for the next one: handing a
+// half-read frame over to the background goroutine, to be evicted by the
+// next Wait, cost two wake-ups per completion of a stream of large READs.)
+func (l *link) releaseLocked(abandon bool) {
 	if l.mode != rxDriven {
 		return
 	}
 	l.mode = rxIdle
-	if l.detached || l.rx.inFrame {
+	if l.detached || (abandon && l.rx.inFrame) {
 		l.toBackgroundLocked()
 		return
 	}
-	l.released = time.Now()
 	l.q.sendCQ.idleHint.Store(true)
 	l.q.recvCQ.idleHint.Store(true)
-	if !l.graceArmed {
-		l.graceArmed = true
-		l.graceTimer.Reset(l.grace)
-	}
+	l.watchLocked()
 }
 
 // releaseIdle gives an idle link's read turn to its background
@@ -390,22 +394,6 @@ func (q *qp) releaseIdle() {
 		l.toBackgroundLocked()
 	}
 	q.mu.Unlock()
-}
-
-func (l *link) graceFired() {
-	q := l.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	l.graceArmed = false
-	if l.mode != rxIdle {
-		return
-	}
-	if left := l.grace - time.Since(l.released); left > 0 {
-		l.graceArmed = true
-		l.graceTimer.Reset(left)
-		return
-	}
-	l.toBackgroundLocked()
 }
 
 // errTurnOver ends a reader's turn: it was told to stop.
@@ -421,17 +409,35 @@ func (q *qp) drive(ctx context.Context, c *cq) bool {
 		return false
 	}
 	c.setDriver(l)
-	var stop func() bool
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, l.interrupt)
-	}
-	err := l.pump(true, func() bool { return c.pending() || ctx.Err() != nil || l.turnTaken() })
-	if stop != nil {
-		stop()
-	}
+	l.drvCQ, l.drvCtx = c, ctx
+	err := l.pump(true, l.driverStopFn)
+	l.drvCQ, l.drvCtx = nil, nil
 	c.setDriver(nil)
-	q.endTurn(l, err)
+	q.endTurn(l, err, ctx.Err() != nil)
 	return true
+}
+
+// driverStop tells a driver to give up the turn: its CQ has something,
+// its context ended, or the link parted. (Bound once, as driverStopFn,
+// so that a Wait allocates nothing.)
+func (l *link) driverStop() bool {
+	return l.drvCQ.pending() || l.drvCtx.Err() != nil || l.turnTaken()
+}
+
+// watchCtxLocked makes the end of ctx interrupt a parked driver. The
+// registration is kept for the next driver with the same context (a
+// dispatcher waits with one context for its whole life), so that it
+// costs an allocation per context, not per Wait. A context's end
+// interrupts whoever is parked then: a driver with another context looks
+// at its own and parks again.
+func (l *link) watchCtxLocked(ctx context.Context) {
+	if ctx.Done() == nil || ctx == l.ctx {
+		return
+	}
+	if l.ctxStop != nil {
+		l.ctxStop()
+	}
+	l.ctx, l.ctxStop = ctx, context.AfterFunc(ctx, l.interrupt)
 }
 
 // pollDrive applies what has arrived on q's link without blocking, for
@@ -446,7 +452,7 @@ func (q *qp) pollDrive() bool {
 	if errors.Is(err, errWouldBlock) {
 		err = nil
 	}
-	q.endTurn(l, err)
+	q.endTurn(l, err, false)
 	return true
 }
 
@@ -498,6 +504,14 @@ func (q *qp) takeTurn(ctx context.Context, wait bool) *link {
 	}
 	l.mode = rxDriven
 	l.gen++
+	if l.ackOwed && l.ackDelay && ctx != nil {
+		// The application waits again without having answered the
+		// message it was given: its ACK waits no longer (batchDone).
+		l.ackDelay = false
+	}
+	if ctx != nil {
+		l.watchCtxLocked(ctx)
+	}
 	q.mu.Unlock()
 	return l
 }
@@ -509,14 +523,15 @@ func (l *link) turnTaken() bool {
 	return l.mode != rxDriven || l.detached
 }
 
-// endTurn ends a driver's turn after err (nil if the link is fine).
-func (q *qp) endTurn(l *link, err error) {
+// endTurn ends a driver's turn after err (nil if the link is fine);
+// abandon says the driver gives up waiting (see releaseLocked).
+func (q *qp) endTurn(l *link, err error, abandon bool) {
 	if err != nil && !errors.Is(err, errTurnOver) {
 		l.ioFailed(err)
 		return
 	}
 	q.mu.Lock()
-	l.releaseLocked()
+	l.releaseLocked(abandon)
 	q.mu.Unlock()
 }
 

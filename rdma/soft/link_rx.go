@@ -25,6 +25,40 @@ const rxBufSize = 64 << 10
 // destination rather than through the buffer.
 const directMin = 8 << 10
 
+// smallPlace is the largest payload that, when it has arrived whole, is
+// placed and completed under the queue pair's lock in one go, rather than
+// chunk by chunk (beginPlace).
+const smallPlace = 16 << 10
+
+// buffered returns the whole payload of the current frame if it is in the
+// buffer and small.
+func (rx *rxState) buffered() ([]byte, bool) {
+	n := int(rx.h.Length)
+	if n > smallPlace || rx.w-rx.r < n {
+		return nil, false
+	}
+	return rx.buf[rx.r : rx.r+n], true
+}
+
+// took consumes the current frame's payload from the buffer, placed by
+// whoever called buffered, with its acknowledgement applied.
+func (rx *rxState) took() {
+	rx.r += int(rx.h.Length)
+	rx.left = 0
+	rx.action = actNone
+	rx.ackDone = true
+}
+
+// scatter copies b into spans; the caller holds their regions.
+func scatter(spans [][]byte, b []byte) {
+	for _, s := range spans {
+		if len(b) == 0 {
+			return
+		}
+		b = b[copy(s, b):]
+	}
+}
+
 // rxState is a link's reading state; only the read turn's holder touches
 // it.
 type rxState struct {
@@ -52,7 +86,8 @@ type rxState struct {
 	rnrWait   bool   // an RNR NAK was sent: drop requests until ePSN returns
 	respQueue int    // READ and atomic responses queued (for its bound)
 
-	action frameAction // what the frame does once read (responder.go)
+	action  frameAction // what the frame does once read (responder.go)
+	ackDone bool        // the frame's acknowledgement was applied already
 
 	// One read's request and result (readOnce).
 	op         rxOp
@@ -144,7 +179,7 @@ func (l *link) step() (bool, error) {
 		if !rx.h.Type.hasPayload() {
 			rx.left = 0
 		}
-		rx.sink, rx.got = sinkDiscard, 0
+		rx.sink, rx.got, rx.ackDone = sinkDiscard, 0, false
 		if err := l.beginFrame(); err != nil {
 			return false, err
 		}

@@ -59,7 +59,7 @@ func (p *pair) settleGrace(t *testing.T, grace time.Duration) {
 	// looked: take the turn from it, and leave the link idle.
 	l := q.takeTurn(context.Background(), true)
 	require.NotNil(t, l)
-	q.endTurn(l, nil)
+	q.endTurn(l, nil, false)
 	mode, _ := linkMode(p.qpA)
 	require.Equal(t, rxIdle, mode)
 }
@@ -109,7 +109,7 @@ func TestDriverInterruptedByOtherCompletion(t *testing.T) {
 		cqA := p.cqA.(*cq)
 		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 			cqA.mu.Lock()
-			d := cqA.driver
+			d := cqA.driver.Load()
 			cqA.mu.Unlock()
 			if d != nil {
 				d.intrMu.Lock()
@@ -356,7 +356,7 @@ func TestPostWhileAnotherWaits(t *testing.T) {
 		}()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Microsecond) {
 			cqA.mu.Lock()
-			d := cqA.driver
+			d := cqA.driver.Load()
 			cqA.mu.Unlock()
 			if d != nil {
 				break

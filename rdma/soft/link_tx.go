@@ -133,7 +133,8 @@ type txState struct {
 	// as soon as it is out (link.respSent).
 	respEnds []int
 	respSeqs []uint64
-	respOut  int // respEnds[:respOut] are published
+	respOut  int  // respEnds[:respOut] are published
+	full     bool // the gather stopped at a batch limit: gather again
 
 	staging []byte // copies of READ tails the socket stalled in
 }
@@ -210,6 +211,9 @@ func (l *link) transmitLocked(block bool) (more bool, err error) {
 				return true, nil
 			}
 			l.batchWritten()
+			if !tx.full && !l.txAgain.Load() {
+				return false, nil
+			}
 			continue
 		}
 		q := l.q
@@ -240,6 +244,7 @@ func (l *link) gatherLocked(block bool) (frames int, writer bool) {
 	tx.bufs, tx.segs = tx.bufs[:0], tx.segs[:0]
 	tx.respDone, tx.bodyOf, tx.hasResp = 0, -1, false
 	tx.respEnds, tx.respSeqs, tx.respOut = tx.respEnds[:0], tx.respSeqs[:0], 0
+	tx.full = false
 	now := time.Time{}
 	if l.dev.responseDelay() > 0 {
 		now = time.Now()
@@ -290,6 +295,7 @@ responses:
 					break responses
 				}
 				if frames > 0 && bytes+int(body) > maxBatchBytes {
+					tx.full = true
 					break responses
 				}
 				h.Length = body
@@ -298,6 +304,7 @@ responses:
 				bytes += int(body)
 				tx.bodyOf = i - l.respHead
 				tx.hasResp = true
+				tx.full = true
 				break responses // its last frame waits until this one is out
 			}
 			if tail > limit {
@@ -305,6 +312,7 @@ responses:
 				break responses
 			}
 			if frames > 0 && bytes+int(tail) > maxBatchBytes {
+				tx.full = true
 				break responses
 			}
 			h.Length, h.RemoteAddr = tail, uint64(body)
@@ -325,6 +333,9 @@ responses:
 		tx.respDone++
 		tx.hasResp = true
 		tx.respEnds, tx.respSeqs = append(tx.respEnds, len(tx.bufs)), append(tx.respSeqs, it.seq)
+	}
+	if frames == maxBatchFrames || len(tx.bufs)+2 > maxIov {
+		tx.full = true
 	}
 	drained := l.respHead+tx.respDone == len(l.resp) && tx.bodyOf < 0
 	if !l.draining && l.currentLocked() && q.state == rdma.QPSRTS {
@@ -347,10 +358,6 @@ responses:
 			return frames, writer
 		}
 		l.ackOwed, l.ackDelay, l.ackUnsent, l.ackDue = false, false, 0, time.Time{}
-		if l.ackTimerArmed {
-			l.ackTimerArmed = false
-			l.ackTimer.Stop()
-		}
 		tx.hasResp = true
 	}
 	return frames, writer
@@ -359,7 +366,11 @@ responses:
 // gatherRequestsLocked adds this side's queued requests to the batch.
 func (l *link) gatherRequestsLocked(limit uint32, frames, bytes int) (n int, writer bool) {
 	tx, q := &l.tx, l.q
-	for frames+n < maxBatchFrames && q.sqNext < q.sqTail && !q.rnrPaused && !q.txStopped {
+	for q.sqNext < q.sqTail && !q.rnrPaused && !q.txStopped {
+		if frames+n == maxBatchFrames {
+			tx.full = true
+			break
+		}
 		w := &q.sq[q.sqNext%uint64(len(q.sq))]
 		rdAtomic := w.op == rdma.OpRead || w.op.IsAtomic()
 		if rdAtomic && q.rdAtomicInFlight >= maxRdAtomic {
@@ -377,9 +388,11 @@ func (l *link) gatherRequestsLocked(limit uint32, frames, bytes int) (n int, wri
 			break
 		}
 		if frames+n > 0 && bytes+int(payload) > maxBatchBytes {
+			tx.full = true
 			break
 		}
 		if len(tx.bufs)+1+len(w.sgl) > maxIov {
+			tx.full = true
 			break
 		}
 		h := requestHeader(w)
@@ -412,10 +425,11 @@ func (l *link) gatherRequestsLocked(limit uint32, frames, bytes int) (n int, wri
 		if rdAtomic {
 			q.rdAtomicInFlight++
 		}
-		if l.ackOwed || (!l.lastRecv.IsZero() && time.Since(l.lastRecv) < ackDelayMax) {
+		if l.ackOwed || l.recvSinceTx {
 			// The application answers its peer's messages: their
 			// ACKs can wait for its answers.
 			l.pingpong = true
+			l.recvSinceTx = false
 		}
 	}
 	return n, writer
@@ -465,10 +479,7 @@ func (l *link) writePending(block bool) (bool, error) {
 	tx.block, tx.wrote, tx.werr = block, 0, nil
 	err := l.raw.Write(l.writeFn)
 	if tx.wrote > 0 {
-		q := l.q
-		q.mu.Lock()
-		q.lastProgress = time.Now()
-		q.mu.Unlock()
+		l.q.progress.Add(1)
 	}
 	if tx.werr != nil {
 		return false, tx.werr
@@ -635,6 +646,12 @@ func (l *link) stageTails() {
 // batchWritten applies a batch that is all out: its responses are sent.
 func (l *link) batchWritten() {
 	tx, q := &l.tx, l.q
+	if tx.respDone == 0 && tx.bodyOf < 0 {
+		clear(tx.bufs)
+		clear(tx.segs)
+		tx.bufs, tx.segs = tx.bufs[:0], tx.segs[:0]
+		return
+	}
 	q.mu.Lock()
 	if idx := l.respHead + tx.bodyOf; tx.bodyOf >= 0 && idx < len(l.resp) {
 		l.resp[idx].bodyDone = true
@@ -719,7 +736,8 @@ func (l *link) finishDrain() {
 // transmits the responses and acknowledgements owed, and the requests
 // that responses clock out (queued behind requests in flight, they go in
 // one batch once it is as large as what is in flight, as Nagle's
-// algorithm would). An acknowledgement that may wait arms its timer.
+// algorithm would). An acknowledgement that may wait is left to a frame
+// going out soon, or to the janitor.
 func (l *link) batchDone() {
 	q := l.q
 	q.mu.Lock()
@@ -728,10 +746,7 @@ func (l *link) batchDone() {
 		send = l.respQueuedLocked() > 0
 		if l.ackOwed {
 			if l.ackDelay {
-				if !l.ackTimerArmed {
-					l.ackTimerArmed = true
-					l.ackTimer.Reset(ackDelayMax)
-				}
+				l.watchLocked() // the janitor sends it if nothing else does
 			} else {
 				send = true
 			}
@@ -739,24 +754,6 @@ func (l *link) batchDone() {
 		if queued, inFlight := q.sqTail-q.sqNext, q.sqNext-q.sqHead; queued > 0 && queued >= inFlight && !q.rnrPaused {
 			send = true
 		}
-	}
-	q.mu.Unlock()
-	if send {
-		l.transmit(false)
-	}
-}
-
-// ackTimerFired sends an acknowledgement that waited in vain for a frame
-// to ride on; until the application answers a message quickly again,
-// acknowledgements go at once.
-func (l *link) ackTimerFired() {
-	q := l.q
-	q.mu.Lock()
-	l.ackTimerArmed = false
-	send := l.ackOwed && l.ackDelay
-	if send {
-		l.ackDelay = false
-		l.pingpong = false
 	}
 	q.mu.Unlock()
 	if send {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/octofs/octofs/rdma"
@@ -66,9 +67,15 @@ type qp struct {
 	failDeferred bool
 	failStatus   rdma.WCStatus
 
+	// The transport timer: it checks every quarter of the budget that
+	// something moved on the link (progress counts events, a timestamp
+	// per event would cost a clock read), and fails the queue pair after
+	// four checks in a row without.
 	watchdog      *time.Timer
 	watchdogArmed bool
-	lastProgress  time.Time
+	progress      atomic.Uint64
+	wdSeen        uint64 // progress at the last check
+	wdIdle        int    // checks in a row without progress
 }
 
 var _ rdma.QP = (*qp)(nil)
@@ -570,17 +577,18 @@ func (q *qp) PostRecv(wrs []rdma.RecvWR) error {
 
 // armWatchdogLocked starts the transport timer if work is outstanding and
 // it is not running. The timer fails the queue pair with WCRetryExcErr
-// when nothing moves on the link within the timeout × retries budget.
+// when nothing moves on the link for the timeout × retries budget (give
+// or take a quarter of it).
 func (q *qp) armWatchdogLocked() {
 	if q.budget == 0 || q.watchdogArmed {
 		return
 	}
 	q.watchdogArmed = true
-	q.lastProgress = time.Now()
+	q.wdSeen, q.wdIdle = q.progress.Load(), 0
 	if q.watchdog == nil {
-		q.watchdog = time.AfterFunc(q.budget, q.checkTimeout)
+		q.watchdog = time.AfterFunc(q.budget/4, q.checkTimeout)
 	} else {
-		q.watchdog.Reset(q.budget)
+		q.watchdog.Reset(q.budget / 4)
 	}
 }
 
@@ -591,22 +599,24 @@ func (q *qp) checkTimeout() {
 	if q.state != rdma.QPSRTS || q.sqHead == q.sqTail {
 		return
 	}
-	idle := time.Since(q.lastProgress)
 	if l := q.link; l != nil && l.mode == rxIdle {
 		// Nobody has read the link: read it before judging.
 		l.toBackgroundLocked()
-		q.lastProgress = time.Now()
-		idle = 0
+		q.wdIdle = 0
+	} else if p := q.progress.Load(); p != q.wdSeen {
+		q.wdSeen, q.wdIdle = p, 0
+	} else {
+		q.wdIdle++
 	}
-	if idle >= q.budget {
+	if q.wdIdle >= 4 {
 		q.dev.log.Warn("transport timeout: no response from the peer", "qpn", q.qpn, "peer", q.remote.Addr, "peer_qpn", q.remote.QPN,
-			"idle", idle, "outstanding", q.sqNext-q.sqHead, "queued", q.sqTail-q.sqNext, "rnr_paused", q.rnrPaused, "connected", q.link != nil)
+			"budget", q.budget, "outstanding", q.sqNext-q.sqHead, "queued", q.sqTail-q.sqNext, "rnr_paused", q.rnrPaused, "connected", q.link != nil)
 		q.dev.timeouts.Add(1)
 		q.failLocked(rdma.WCRetryExcErr)
 		return
 	}
 	q.watchdogArmed = true
-	q.watchdog.Reset(q.budget - idle)
+	q.watchdog.Reset(q.budget / 4)
 }
 
 // dialsPeer reports whether this side of the connection dials the link:

@@ -16,14 +16,13 @@ import (
 func (l *link) beginResponse() error {
 	rx, q := &l.rx, l.q
 	h := &rx.h
-	if h.Type == frameAck {
-		rx.action = actAck // the acknowledgement counts in finishFrame
-		return nil
-	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !l.currentLocked() || q.state != rdma.QPSRTS {
 		return nil
+	}
+	if h.Type == frameAck {
+		return l.ackNowLocked()
 	}
 	// Every response acknowledges the requests before its PSN.
 	if err := q.ackLocked(h.PSN, false); err != nil {
@@ -36,7 +35,7 @@ func (l *link) beginResponse() error {
 	if w.psn != h.PSN {
 		return fmt.Errorf("%w: response for PSN %d, expected %d", rdma.ErrProtocol, h.PSN, w.psn)
 	}
-	q.lastProgress = time.Now()
+	q.progress.Add(1)
 	switch h.Type {
 	case frameNak:
 		q.failLocked(nakCode(h.Code).status())
@@ -57,13 +56,45 @@ func (l *link) beginResponse() error {
 		}
 		rx.advance(int(q.rdGot))
 		rx.sink, rx.sqIdx, rx.action = sinkRead, q.sqHead, actReadResp
+		if b, ok := rx.buffered(); ok {
+			// Arrived whole: place it now, under this lock.
+			if !acquireAll(rx.owners) {
+				rx.sink = sinkDiscard
+				q.failLocked(rdma.WCLocProtErr)
+				return nil
+			}
+			scatterFrom(rx.spans, rx.si, rx.spanOff, b)
+			releaseAll(rx.owners)
+			rx.sink = sinkDiscard
+			rx.took()
+			q.rdGot += h.Length
+			if q.rdGot == w.length {
+				q.rdGot = 0
+				q.rdAtomicInFlight--
+				q.completeHeadLocked(w)
+			}
+			rx.ackDone = false
+			return l.ackNowLocked()
+		}
+		return nil
 	case frameAtomicResp:
 		if !w.op.IsAtomic() {
 			return fmt.Errorf("%w: atomic response for %v", rdma.ErrProtocol, w.op)
 		}
 		l.placeAtomicLocked(w, h.CompareAdd)
 	}
-	return nil
+	return l.ackNowLocked()
+}
+
+// scatterFrom copies b into spans from span si at offset off.
+func scatterFrom(spans [][]byte, si, off int, b []byte) {
+	for i := si; i < len(spans) && len(b) > 0; i++ {
+		s := spans[i]
+		if i == si {
+			s = s[off:]
+		}
+		b = b[copy(s, b):]
+	}
 }
 
 // placeAtomicLocked writes an atomic's original value into its local
@@ -153,7 +184,7 @@ func (q *qp) completeHeadLocked(w *sendWQE) {
 	if w.signaled {
 		q.sqFree = q.sqHead
 	}
-	q.lastProgress = time.Now()
+	q.progress.Add(1)
 	q.failLocalLocked()
 }
 

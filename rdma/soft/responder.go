@@ -53,10 +53,25 @@ func (l *link) finishFrame() error {
 	case actReadResp:
 		l.finishReadResponse()
 	}
-	if err == nil && rx.h.Flags&flagAck != 0 {
+	if err == nil && rx.h.Flags&flagAck != 0 && !rx.ackDone {
 		err = l.applyAck(rx.h.AckPSN)
 	}
 	return err
+}
+
+// ackNowLocked applies the current frame's acknowledgement at its start,
+// under the lock already held, for a frame that is done there (one
+// without payload, or placed whole): the same as applying it at its end.
+func (l *link) ackNowLocked() error {
+	rx, q := &l.rx, l.q
+	if rx.h.Flags&flagAck == 0 || rx.ackDone {
+		return nil
+	}
+	rx.ackDone = true
+	if !l.currentLocked() || q.state != rdma.QPSRTS {
+		return nil
+	}
+	return q.ackLocked(rx.h.AckPSN, true)
 }
 
 // beginRequest checks and starts executing a request of the peer.
@@ -78,6 +93,7 @@ func (l *link) beginRequest() error {
 	}
 	rx.rnrWait = false
 	access := q.access
+	var err error
 	switch h.Type {
 	case frameSend, frameSendImm:
 		l.beginSendLocked()
@@ -92,15 +108,18 @@ func (l *link) beginRequest() error {
 			l.nakLocked(nakInvalidRequest)
 			return nil
 		}
-		return l.readLocked()
+		err = l.readLocked()
 	default:
 		if access&rdma.AccessRemoteAtomic == 0 {
 			l.nakLocked(nakInvalidRequest)
 			return nil
 		}
-		return l.atomicLocked()
+		err = l.atomicLocked()
 	}
-	return nil
+	if err == nil && (rx.left == 0 || rx.ackDone) {
+		err = l.ackNowLocked()
+	}
+	return err
 }
 
 // nextPSN moves on to the next request.
@@ -150,6 +169,34 @@ func (l *link) beginSendLocked() {
 	}
 	rx.sink, rx.recvIdx, rx.action = sinkRecv, q.rqHead, actSend
 	rx.nextPSN()
+	if b, ok := rx.buffered(); ok {
+		// Arrived whole: place and complete it now, under this lock.
+		if !acquireAll(rx.owners) {
+			rx.sink = sinkDiscard
+			l.failRecvLocked(rdma.WCLocProtErr, nakRemoteOp)
+			return
+		}
+		scatter(rx.spans, b)
+		releaseAll(rx.owners)
+		rx.sink = sinkDiscard
+		l.completeRecvLocked()
+		rx.took()
+		rx.ackDone = false // ackNowLocked applies it
+	}
+}
+
+// completeRecvLocked completes the receive a SEND filled.
+func (l *link) completeRecvLocked() {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	q.rqHead++
+	wc := rdma.WorkCompletion{ID: r.id, Opcode: rdma.WCRecv, QPN: q.qpn, ByteLen: h.Length}
+	if h.Type == frameSendImm {
+		wc.Imm, wc.HasImm = h.Imm, true
+	}
+	l.executedLocked(h.PSN, true)
+	q.recvCQ.push(wc)
 }
 
 // failRecvLocked completes the oldest receive with status and NAKs the
@@ -245,14 +292,7 @@ func (l *link) finishRequest() {
 		if q.rqHead != rx.recvIdx {
 			return
 		}
-		r := &q.rq[q.rqHead%uint64(len(q.rq))]
-		q.rqHead++
-		wc := rdma.WorkCompletion{ID: r.id, Opcode: rdma.WCRecv, QPN: q.qpn, ByteLen: h.Length}
-		if h.Type == frameSendImm {
-			wc.Imm, wc.HasImm = h.Imm, true
-		}
-		l.executedLocked(h.PSN, true)
-		q.recvCQ.push(wc)
+		l.completeRecvLocked()
 	case actWriteImm:
 		if q.rqHead != rx.recvIdx {
 			return
@@ -285,8 +325,9 @@ func (l *link) executedLocked(psn uint32, completedRecv bool) {
 	l.ackOwed = true
 	l.ackPSN = psn
 	l.ackUnsent++
+	l.ackSeq++
 	if completedRecv {
-		l.lastRecv = time.Now()
+		l.recvSinceTx = true
 	}
 	l.ackDelay = completedRecv && l.pingpong && l.ackUnsent == 1
 }

@@ -10,7 +10,20 @@ import (
 
 // writev writes bufs to fd without blocking, through the caller's iovec
 // scratch (x/sys's Writev allocates for more than eight buffers).
+var smallScratch [4096]byte
+
 func writev(fd int, bufs [][]byte, iov []unix.Iovec) (int, error) {
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	if total <= len(smallScratch) && len(bufs) > 1 {
+		n := 0
+		for _, b := range bufs {
+			n += copy(smallScratch[n:], b)
+		}
+		return unix.Write(fd, smallScratch[:n])
+	}
 	iov = fillIov(bufs, iov)
 	if len(iov) == 0 {
 		return 0, nil
