@@ -299,7 +299,7 @@ type QPCaps struct {
 //
 //   - Init: Access (the remote operations this QP accepts), Port.
 //   - RTR: Remote, MinRNRTimer, MaxDestRdAtomic, PathMTU.
-//   - RTS: Timeout, RetryCount, RNRRetry, MaxRdAtomic.
+//   - RTS: Timeout, RetryCount, RNRRetry, MaxRdAtomic, SendPSN.
 //   - Err and Reset: nothing.
 type QPAttr struct {
 	State QPState
@@ -322,6 +322,11 @@ type QPAttr struct {
 	// RNRRetry is how often an RNR-NAKed request is retried (7: forever).
 	RNRRetry    uint8
 	MaxRdAtomic uint8
+	// SendPSN, if not zero, is the first PSN this side sends (the verbs
+	// sq_psn), set on the move from RTR to RTS; zero keeps the one the
+	// queue pair's Endpoint announced. The peer must have been given the
+	// same in the Endpoint of its RTR. (Tests use it to make PSNs wrap.)
+	SendPSN uint32
 }
 
 // RNRTimer is the IB encoding (0-31) of the minimum RNR NAK timer.

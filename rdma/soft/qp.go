@@ -273,6 +273,12 @@ func (q *qp) Modify(attr rdma.QPAttr) error {
 		if attr.RetryCount > 7 || attr.RNRRetry > 7 || attr.Timeout > 31 {
 			return fmt.Errorf("%w: retry count and RNR retry are 0-7, timeout 0-31", rdma.ErrInvalid)
 		}
+		if attr.SendPSN > 0xffffff {
+			return fmt.Errorf("%w: PSN %#x over 24 bits", rdma.ErrInvalid, attr.SendPSN)
+		}
+		if from == rdma.QPSRTR && attr.SendPSN != 0 {
+			q.psn, q.nextPSN = attr.SendPSN, attr.SendPSN
+		}
 		q.rnrRetry = attr.RNRRetry
 		q.budget = 0
 		if attr.Timeout > 0 {

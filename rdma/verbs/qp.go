@@ -285,6 +285,12 @@ func (q *qp) modify(a rdma.QPAttr, from rdma.QPState) error {
 			if rd == 0 {
 				rd = 1
 			}
+			if a.SendPSN > 0xffffff {
+				return fmt.Errorf("%w: PSN %#x over 24 bits", rdma.ErrInvalid, a.SendPSN)
+			}
+			if a.SendPSN != 0 {
+				q.psn = a.SendPSN
+			}
 			attr.timeout = C.uint8_t(a.Timeout)
 			attr.retry_cnt = C.uint8_t(a.RetryCount)
 			attr.rnr_retry = C.uint8_t(a.RNRRetry)
