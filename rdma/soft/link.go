@@ -132,8 +132,9 @@ const (
 const idleGrace = janitorTick
 
 // partTimeout bounds how long a parting link flushes what it owes the
-// peer.
-const partTimeout = time.Second
+// peer (a NAK may come after megabytes of READ data), and waits for it to
+// close.
+const partTimeout = 5 * time.Second
 
 // attachLinkLocked makes nc the queue pair's link and starts its
 // goroutines.

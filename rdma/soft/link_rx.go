@@ -228,6 +228,7 @@ func (l *link) readMore(block bool) error {
 	case rx.n == 0:
 		return io.EOF
 	}
+	l.q.progress.Add(1) // bytes moved: the peer is alive (qp.checkTimeout)
 	if rx.op == rxFill {
 		rx.w += rx.n
 		return nil

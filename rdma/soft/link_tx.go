@@ -112,6 +112,7 @@ type txState struct {
 	segs   []txSeg
 	wbufs  [][]byte // what one writev takes
 	iov    []unix.Iovec
+	small  [4096]byte // a batch of small frames, copied into one write
 	held   []*mr
 	spans  [][]byte // scratch for resolving a request's SGEs
 	owners []*mr
@@ -491,57 +492,68 @@ func (l *link) writePending(block bool) (bool, error) {
 }
 
 // writeOnce is what the poller calls with the socket's descriptor (bound
-// once, as writeFn, so that a write allocates nothing): one non-blocking
-// writev of the batch's rest, its regions held for the call. It reports
-// whether the writer is done; with tx.block a full socket is waited for,
-// and writeOnce runs again.
+// once, as writeFn, so that a write allocates nothing): non-blocking
+// writevs of the batch's rest, its regions held for each call, until the
+// batch is out or the socket is full. It reports whether the writer is
+// done; with tx.block a full socket is waited for, and writeOnce runs
+// again. It waits only after EAGAIN, as the poller is edge-triggered: a
+// write that took all it was offered (the iovec limit, or READ data
+// replaced by zeros a piece at a time) leaves the socket writable, and
+// no new edge would ever wake a writer that waited then.
 func (l *link) writeOnce(fd uintptr) bool {
 	tx := &l.tx
-	if !l.acquireBatch() {
-		tx.werr = errAbort
-		return true
-	}
-	wb := tx.wbufs[:0]
-	for i := tx.first; i < len(tx.bufs) && len(wb) < maxIov; i++ {
-		b := tx.bufs[i]
-		if len(b) == 0 {
-			continue
+	for {
+		if !l.acquireBatch() {
+			tx.werr = errAbort
+			return true
 		}
-		if tx.segs[i].kind == segZeros {
-			// Only its length counts: the region is gone.
-			z := zeros[:min(len(b), len(zeros))]
-			wb = append(wb, z)
-			if len(z) < len(b) {
-				break
+		wb := tx.wbufs[:0]
+		for i := tx.first; i < len(tx.bufs) && len(wb) < maxIov; i++ {
+			b := tx.bufs[i]
+			if len(b) == 0 {
+				continue
 			}
-			continue
+			if tx.segs[i].kind == segZeros {
+				// Only its length counts: the region is gone.
+				z := zeros[:min(len(b), len(zeros))]
+				wb = append(wb, z)
+				if len(z) < len(b) {
+					break
+				}
+				continue
+			}
+			wb = append(wb, b)
 		}
-		wb = append(wb, b)
-	}
-	n, err := writev(int(fd), wb, tx.iov)
-	clear(wb)
-	tx.wbufs = wb
-	if n > 0 {
-		tx.wrote += n
-		l.advanceBatch(n)
-		// Responses completely out are no longer Dereg's business.
-		for ; tx.respOut < len(tx.respEnds) && (tx.respEnds[tx.respOut] <= tx.first || !tx.pending); tx.respOut++ {
-			l.respSent.Store(tx.respSeqs[tx.respOut] + 1)
+		n, err := writev(int(fd), wb, tx.iov, tx.small[:])
+		clear(wb)
+		tx.wbufs = wb
+		if n > 0 {
+			tx.wrote += n
+			l.advanceBatch(n)
+			// Responses completely out are no longer Dereg's business.
+			for ; tx.respOut < len(tx.respEnds) && (tx.respEnds[tx.respOut] <= tx.first || !tx.pending); tx.respOut++ {
+				l.respSent.Store(tx.respSeqs[tx.respOut] + 1)
+			}
 		}
+		full := err == unix.EAGAIN
+		if tx.pending && (full || err != nil) {
+			// Part of the batch waits for the socket: READ tails are
+			// copied aside before their regions are let go.
+			l.stageTails()
+		}
+		l.releaseBatch()
+		switch {
+		case err != nil && err != unix.EAGAIN:
+			tx.werr = err
+			return true
+		case !tx.pending:
+			return true
+		case full:
+			return !tx.block
+		}
+		// The socket took something and did not say it is full: go on,
+		// until it does (EAGAIN) or the batch is out.
 	}
-	if tx.pending {
-		// Part of the batch waits for the socket: READ tails are
-		// copied aside before their regions are let go.
-		l.stageTails()
-	}
-	l.releaseBatch()
-	switch {
-	case err == unix.EAGAIN || (err == nil && tx.pending):
-		return !tx.block
-	case err != nil:
-		tx.werr = err
-	}
-	return true
 }
 
 // acquireBatch acquires the regions of the unwritten part of the batch.

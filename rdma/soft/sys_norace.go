@@ -9,20 +9,20 @@ import (
 )
 
 // writev writes bufs to fd without blocking, through the caller's iovec
-// scratch (x/sys's Writev allocates for more than eight buffers).
-var smallScratch [4096]byte
-
-func writev(fd int, bufs [][]byte, iov []unix.Iovec) (int, error) {
+// scratch (x/sys's Writev allocates for more than eight buffers). A batch
+// of small frames is copied into the caller's small scratch and written
+// with write(2), which costs the kernel less than gathering it.
+func writev(fd int, bufs [][]byte, iov []unix.Iovec, small []byte) (int, error) {
 	total := 0
 	for _, b := range bufs {
 		total += len(b)
 	}
-	if total <= len(smallScratch) && len(bufs) > 1 {
+	if len(bufs) > 1 && total <= len(small) {
 		n := 0
 		for _, b := range bufs {
-			n += copy(smallScratch[n:], b)
+			n += copy(small[n:], b)
 		}
-		return unix.Write(fd, smallScratch[:n])
+		return unix.Write(fd, small[:n])
 	}
 	iov = fillIov(bufs, iov)
 	if len(iov) == 0 {

@@ -10,6 +10,8 @@ import "golang.org/x/sys/unix"
 // as it does in fact. (They allocate beyond eight buffers, which the
 // build without the detector avoids: sys_norace.go.)
 
-func writev(fd int, bufs [][]byte, _ []unix.Iovec) (int, error) { return unix.Writev(fd, bufs) }
+func writev(fd int, bufs [][]byte, _ []unix.Iovec, _ []byte) (int, error) {
+	return unix.Writev(fd, bufs)
+}
 
 func readv(fd int, bufs [][]byte, _ []unix.Iovec) (int, error) { return unix.Readv(fd, bufs) }
