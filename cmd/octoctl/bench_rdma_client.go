@@ -158,6 +158,7 @@ func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode
 		return bwResult{}, err
 	}
 	outstanding := depth
+	pl := newPoller(c.plan.poll)
 	reposts := make([]rdma.SendWR, 0, depth)
 	wcs := make([]rdma.WorkCompletion, depth)
 	start := time.Now()
@@ -170,7 +171,7 @@ func (c *benchClient) bandwidth(ctx context.Context, test string, op rdma.Opcode
 	var counted int64
 	var lastCounted time.Time
 	for outstanding > 0 {
-		n, err := pollCQ(ctx, bc.cq, wcs, c.plan.poll)
+		n, err := pl.poll(ctx, bc.cq, wcs)
 		if err != nil {
 			bc.close()
 			return bwResult{}, fmt.Errorf("%v %s: %w", op, humanBytes(size), err)
@@ -490,9 +491,9 @@ func verdict(ok bool) string {
 func pollDescription(m pollMode) string {
 	switch m {
 	case pollSpin:
-		return "spin: CQ.Poll in a tight loop (blocks in CQ.Wait after 20ms idle)"
+		return "spin: CQ.Poll in a tight loop (blocks in CQ.Wait after 20ms idle, or twice the longest recent wait)"
 	case pollYield:
-		return "yield: CQ.Poll with runtime.Gosched between empty polls (blocks in CQ.Wait after 20ms idle)"
+		return "yield: CQ.Poll with runtime.Gosched between empty polls (blocks in CQ.Wait after 20ms idle, or twice the longest recent wait)"
 	case pollHybrid:
 		return fmt.Sprintf("hybrid: up to %d empty CQ.Polls, then CQ.Wait", hybridPolls)
 	default:

@@ -80,6 +80,7 @@ type rdmaLatProbe struct {
 	wr   []rdma.SendWR
 	recv []rdma.RecvWR
 	wcs  [4]rdma.WorkCompletion
+	pl   *poller
 }
 
 func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.Opcode, size int) (*rdmaLatProbe, error) {
@@ -87,7 +88,7 @@ func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.
 	if err != nil {
 		return nil, err
 	}
-	p := &rdmaLatProbe{c: c, bc: bc, op: op}
+	p := &rdmaLatProbe{c: c, bc: bc, op: op, pl: newPoller(c.plan.poll)}
 	p.wr = []rdma.SendWR{{ID: 1, Opcode: op, Flags: rdma.SendSignaled,
 		SGL:        []rdma.SGE{{Addr: bc.mr.Addr(), Length: uint32(size), LKey: bc.mr.LKey()}},
 		RemoteAddr: bc.remote.Addr, RKey: bc.remote.RKey}}
@@ -120,7 +121,7 @@ func (p *rdmaLatProbe) roundTrips(ctx context.Context, until time.Time, samples 
 		var rtt time.Duration
 		sent, got := false, !pingPong
 		for !sent || !got {
-			n, err := pollCQ(ctx, p.bc.cq, p.wcs[:], p.c.plan.poll)
+			n, err := p.pl.poll(ctx, p.bc.cq, p.wcs[:])
 			if err != nil {
 				return fail(err)
 			}

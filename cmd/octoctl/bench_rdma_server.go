@@ -85,17 +85,37 @@ func parsePollMode(s, providerName string) (pollMode, error) {
 // it blocks.
 const hybridPolls = 200
 
-// busyLimit is how long spin and yield poll an empty queue before they
-// block in CQ.Wait: far longer than any gap inside a measurement, short
-// enough that an idle side does not hold a core.
-const busyLimit = 20 * time.Millisecond
+// busyLimit is how long spin and yield poll an empty queue at the least
+// before they block in CQ.Wait: far longer than any gap inside a
+// measurement on real hardware, short enough that an idle side does not
+// hold a core. A poller spins longer when the completions it waits for
+// take longer (maxBusyLimit at most), see poller.
+const (
+	busyLimit    = 20 * time.Millisecond
+	maxBusyLimit = time.Second
+)
 
-// pollCQ returns at least one completion from cq, waiting as mode says.
-// spin polls in a tight loop; yield calls runtime.Gosched between empty
-// polls so that the provider's goroutines get the CPU on a small machine;
-// hybrid polls a few µs, then blocks; wait blocks in CQ.Wait at once.
-func pollCQ(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion, mode pollMode) (int, error) {
-	if mode == pollHybrid {
+// poller waits for completions as its mode says: spin polls in a tight
+// loop; yield calls runtime.Gosched between empty polls so that the
+// provider's goroutines get the CPU on a small machine; hybrid polls a
+// few µs, then blocks; wait blocks in CQ.Wait at once.
+//
+// spin and yield poll for twice the longest recent wait (busyLimit at the
+// least), so that waits as long as a round trip never block: under QEMU's
+// emulation an rxe round trip of a SEND ping-pong takes longer than
+// busyLimit, and blocking in CQ.Wait (arming the CQ, an interrupt, a
+// completion event, a wake-up) on both sides of every round trip made it
+// 5x perftest's, which spins without limit.
+type poller struct {
+	mode  pollMode
+	limit time.Duration // how long to spin before blocking
+}
+
+func newPoller(mode pollMode) *poller { return &poller{mode: mode, limit: busyLimit} }
+
+// poll returns at least one completion from cq.
+func (p *poller) poll(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion) (int, error) {
+	if p.mode == pollHybrid {
 		for range hybridPolls {
 			n, err := cq.Poll(wc)
 			if n > 0 || err != nil {
@@ -103,27 +123,42 @@ func pollCQ(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion, mode poll
 			}
 		}
 	}
-	if mode == pollSpin || mode == pollYield {
-		var until time.Time
+	if p.mode == pollSpin || p.mode == pollYield {
+		var start, until time.Time
 		for i := 1; ; i++ {
 			n, err := cq.Poll(wc)
 			if n > 0 || err != nil {
+				if !start.IsZero() {
+					p.learn(time.Since(start))
+				}
 				return n, err
 			}
-			if mode == pollYield {
+			if p.mode == pollYield {
 				runtime.Gosched()
 			}
 			if i%1024 == 0 {
 				now := time.Now()
-				if until.IsZero() {
-					until = now.Add(busyLimit)
+				if start.IsZero() {
+					start, until = now, now.Add(p.limit)
 				} else if now.After(until) {
 					break
 				}
 			}
 		}
+		n, err := cq.Wait(ctx, wc)
+		if n > 0 && !start.IsZero() {
+			p.learn(time.Since(start))
+		}
+		return n, err
 	}
 	return cq.Wait(ctx, wc)
+}
+
+// learn adjusts the spin limit to a wait of d: twice the longest recent
+// wait, decaying by an eighth per wait towards busyLimit.
+func (p *poller) learn(d time.Duration) {
+	p.limit = max(p.limit-p.limit/8, 2*d, busyLimit)
+	p.limit = min(p.limit, maxBusyLimit)
 }
 
 // benchServer answers the client's connections.
@@ -294,6 +329,7 @@ func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
 		replyWR[0].Flags |= rdma.SendInline
 	}
 	wcs := make([]rdma.WorkCompletion, recvSlots+sendDepth)
+	var pl *poller
 	reposts := make([]rdma.RecvWR, 0, recvSlots)
 	// Only the ping-pong's replies are latency-bound; every other test
 	// leaves the server idle, so it blocks rather than spins.
@@ -301,11 +337,12 @@ func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
 	if br.Test == benchTestPingPong {
 		mode = s.poll
 	}
+	pl = newPoller(mode)
 	// Replies wait for room in the send queue: a reply's slot is free
 	// only once the client acknowledged it.
 	owed, inFlight := 0, 0
 	for {
-		n, err := pollCQ(ctx, cq, wcs, mode)
+		n, err := pl.poll(ctx, cq, wcs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
