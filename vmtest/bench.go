@@ -80,6 +80,34 @@ func stepBench(ctx context.Context, c *cluster, r *report) error {
 	}
 	r.table(raw.String())
 
+	// The latency tests again in other polling modes (-bench-poll), to
+	// see what waiting for completions costs on rxe.
+	for _, mode := range benchPolls {
+		margs := append(append([]string(nil), common...), "--connect", addr, "--duration", "3s", "--tests", "lat", "--poll", mode, "--json")
+		mout, err := cli.run(ctx, 4*time.Minute, nil, margs...)
+		if err != nil {
+			r.fail("bench/poll-"+mode, fmt.Sprintf("%v\n%s", err, tailString(mout, 10)))
+			continue
+		}
+		var mraw strings.Builder
+		fmt.Fprintf(&mraw, "octoctl bench rdma --provider verbs --tests lat --poll %s:\n", mode)
+		msc := bufio.NewScanner(strings.NewReader(mout))
+		msc.Buffer(make([]byte, 1<<20), 1<<20)
+		for msc.Scan() {
+			var t benchTable
+			if json.Unmarshal(msc.Bytes(), &t) == nil && len(t.Columns) > 0 {
+				renderTable(&mraw, t)
+				if v, ok := findBench([]benchTable{t}, "SEND", "8B", false); ok {
+					if base, have := c.baseline["send_lat_8"]; have && base.value > 0 {
+						fmt.Fprintf(&mraw, "  SEND ping-pong vs perftest (%s): %.2fx\n", mode, v.value/base.value)
+					}
+				}
+			}
+		}
+		r.table(mraw.String())
+		r.pass("bench/poll-"+mode, "latency tests ran")
+	}
+
 	rows := []struct {
 		label, key, op, size string
 		bw                   bool
