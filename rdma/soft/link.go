@@ -445,7 +445,7 @@ func (l *link) watchCtxLocked(ctx context.Context) {
 // CQ.Poll. It reports false, having done nothing, unless the link was
 // idle.
 func (q *qp) pollDrive() bool {
-	l := q.takeTurn(nil, false)
+	l := q.takeTurn(context.Background(), false)
 	if l == nil {
 		return false
 	}
@@ -505,12 +505,13 @@ func (q *qp) takeTurn(ctx context.Context, wait bool) *link {
 	}
 	l.mode = rxDriven
 	l.gen++
-	if l.ackOwed && l.ackDelay && ctx != nil {
-		// The application waits again without having answered the
-		// message it was given: its ACK waits no longer (batchDone).
-		l.ackDelay = false
-	}
-	if ctx != nil {
+	if wait {
+		if l.ackOwed && l.ackDelay {
+			// The application waits again without having answered the
+			// message it was given: its ACK waits no longer (batchDone).
+			// (Not for Poll, which a poller calls in a loop.)
+			l.ackDelay = false
+		}
 		l.watchCtxLocked(ctx)
 	}
 	q.mu.Unlock()

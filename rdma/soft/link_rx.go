@@ -82,9 +82,8 @@ type rxState struct {
 	got     uint32 // payload bytes placed so far
 
 	// The responder's state (responder.go).
-	ePSN      uint32 // the next request's PSN
-	rnrWait   bool   // an RNR NAK was sent: drop requests until ePSN returns
-	respQueue int    // READ and atomic responses queued (for its bound)
+	ePSN    uint32 // the next request's PSN
+	rnrWait bool   // an RNR NAK was sent: drop requests until ePSN returns
 
 	action  frameAction // what the frame does once read (responder.go)
 	ackDone bool        // the frame's acknowledgement was applied already

@@ -405,13 +405,6 @@ func (q *qp) endPlacingLocked() {
 	}
 }
 
-// fail is failLocked for callers without the lock.
-func (q *qp) fail(status rdma.WCStatus) {
-	q.mu.Lock()
-	q.failLocked(status)
-	q.mu.Unlock()
-}
-
 // PostSend queues send work requests and starts their transmission. It
 // never waits for the network: what the socket does not take at once is
 // left to the link's writer goroutine.
