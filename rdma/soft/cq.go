@@ -143,10 +143,16 @@ func (c *cq) failUsers() {
 func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 	n, _, err := c.poll(wc)
 	if n == 0 && err == nil {
-		if q := c.drivable(); q != nil && q.pollDrive() {
-			n, _, err = c.poll(wc)
-		} else {
+		switch q := c.drivable(); {
+		case q == nil:
 			c.releaseIdle()
+		default:
+			switch q.pollDrive(c) {
+			case pollDrove:
+				n, _, err = c.poll(wc)
+			case pollBusy:
+				c.releaseIdle()
+			}
 		}
 	}
 	return n, err

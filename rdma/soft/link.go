@@ -441,20 +441,39 @@ func (l *link) watchCtxLocked(ctx context.Context) {
 	l.ctx, l.ctxStop = ctx, context.AfterFunc(ctx, l.interrupt)
 }
 
+// What pollDrive did.
+const (
+	pollDrove   = iota // read what the link had
+	pollUseless        // nothing: the link cannot give the CQ a completion
+	pollBusy           // nothing: the link is not idle (or gone)
+)
+
 // pollDrive applies what has arrived on q's link without blocking, for
-// CQ.Poll. It reports false, having done nothing, unless the link was
-// idle.
-func (q *qp) pollDrive() bool {
+// CQ.Poll on c, if the link is idle and could give c a completion:
+// requests in flight for a send CQ, receives posted for a receive CQ. (An
+// application that reaps its send CQ now and then, with nothing in
+// flight, would otherwise pay a read that finds nothing every time; and
+// it must not hand the link to the background goroutine either, which
+// the next Wait would have to evict.) A peer's requests that arrive
+// meanwhile are read by the next Wait or useful Poll, or by the
+// background goroutine once the janitor finds the link left idle.
+func (q *qp) pollDrive(c *cq) int {
+	q.mu.Lock()
+	useful := (c == q.sendCQ && q.sqHead < q.sqNext) || (c == q.recvCQ && q.rqHead < q.rqTail)
+	q.mu.Unlock()
+	if !useful {
+		return pollUseless
+	}
 	l := q.takeTurn(context.Background(), false)
 	if l == nil {
-		return false
+		return pollBusy
 	}
 	err := l.pump(false, nil)
 	if errors.Is(err, errWouldBlock) {
 		err = nil
 	}
 	q.endTurn(l, err, false)
-	return true
+	return pollDrove
 }
 
 // takeTurn gives the calling goroutine the read turn of q's link if it is

@@ -223,6 +223,31 @@ func TestPollDrivesLink(t *testing.T) {
 	}
 }
 
+// TestPollWithNothingToComeKeepsLinkIdle: a Poll on a CQ the link cannot
+// give a completion to (nothing in flight, no receive posted) neither
+// reads the socket nor hands the link to the background goroutine, which
+// the next Wait would have to evict. (A ping-pong that reaped its send
+// CQ after every round trip took 20-40 µs instead of under 20 µs.)
+func TestPollWithNothingToComeKeepsLinkIdle(t *testing.T) {
+	p := newPair(t)
+	p.settleGrace(t, time.Hour)
+	_, gen := linkMode(p.qpA)
+	var wc [1]rdma.WorkCompletion
+	for range 3 {
+		n, err := p.cqA.Poll(wc[:])
+		require.NoError(t, err)
+		require.Zero(t, n)
+		mode, g := linkMode(p.qpA)
+		require.Equal(t, rxIdle, mode)
+		require.Equal(t, gen, g)
+	}
+	// With a request in flight, Poll reads the link itself.
+	require.NoError(t, p.qpA.PostSend(p.read8(1, 0)))
+	require.Equal(t, rdma.WCSuccess, pollOne(t, p.cqA).Status)
+	mode, _ := linkMode(p.qpA)
+	require.Equal(t, rxIdle, mode)
+}
+
 // TestReadTurnMixedUse completes batches of requests each in a randomly
 // chosen way (Wait, Poll, Poll after a pause, Wait with contexts that
 // expire first, nothing until the grace timer hands the link over), so
