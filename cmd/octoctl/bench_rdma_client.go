@@ -33,7 +33,8 @@ type benchClient struct {
 type benchConn struct {
 	conn   *rdma.Conn
 	qp     rdma.QP
-	cq     rdma.CQ
+	cq     rdma.CQ // the send CQ, and the receive CQ unless rcq is another
+	rcq    rdma.CQ
 	mr     rdma.MR
 	buf    []byte
 	remote benchReply
@@ -42,6 +43,9 @@ type benchConn struct {
 func (c *benchConn) close() {
 	c.conn.Close()
 	c.cq.Close()
+	if c.rcq != c.cq {
+		c.rcq.Close()
+	}
 	c.mr.Dereg()
 	rdma.FreeBuffer(c.buf)
 }
@@ -57,7 +61,8 @@ func warmupFor(d time.Duration) time.Duration { return min(d/5, 200*time.Millise
 func (p *benchRDMAPlan) testTimeout() time.Duration { return p.warmup() + p.duration + 30*time.Second }
 
 // dial opens the connection for one test: local memory of slots×slotSize
-// bytes and a queue pair with depth requests outstanding.
+// bytes and a queue pair with depth requests outstanding, whose receives
+// complete on a CQ of their own for a ping-pong.
 func (c *benchClient) dial(ctx context.Context, test string, size, depth, slots, slotSize int) (*benchConn, error) {
 	buf, err := rdma.AllocBuffer(max(slots*slotSize, 64))
 	if err != nil {
@@ -74,19 +79,31 @@ func (c *benchClient) dial(ctx context.Context, test string, size, depth, slots,
 		rdma.FreeBuffer(buf)
 		return nil, err
 	}
-	req, _ := json.Marshal(benchRequest{Test: test, Size: size, Depth: depth})
+	rcq := cq
+	if test == benchTestPingPong {
+		if rcq, err = c.dev.CreateCQ(2*depth + 16); err != nil {
+			cq.Close()
+			mr.Dereg()
+			rdma.FreeBuffer(buf)
+			return nil, err
+		}
+	}
+	req, _ := json.Marshal(benchRequest{Test: test, Size: size, Depth: depth, Poll: string(c.plan.poll)})
 	conn, err := rdma.Dial(ctx, c.pd, c.server, rdma.ConnParams{
-		QP: rdma.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: depth + 4, MaxRecvWR: depth + 4,
+		QP: rdma.QPConfig{SendCQ: cq, RecvCQ: rcq, MaxSendWR: depth + 4, MaxRecvWR: depth + 4,
 			MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: c.inline},
 		PrivateData: req,
 	})
 	if err != nil {
 		cq.Close()
+		if rcq != cq {
+			rcq.Close()
+		}
 		mr.Dereg()
 		rdma.FreeBuffer(buf)
 		return nil, fmt.Errorf("connect to the bench server at %s: %w", c.server, err)
 	}
-	bc := &benchConn{conn: conn, qp: conn.QP, cq: cq, mr: mr, buf: buf}
+	bc := &benchConn{conn: conn, qp: conn.QP, cq: cq, rcq: rcq, mr: mr, buf: buf}
 	if err := json.Unmarshal(conn.PrivateData, &bc.remote); err != nil {
 		bc.close()
 		return nil, fmt.Errorf("bench server's reply: %w", err)
@@ -444,7 +461,7 @@ func (c *benchClient) latencyTable(ctx context.Context) (*benchTable, error) {
 		strconv.Itoa(tcp.n), fmt.Sprintf("%.1f", tcp.p50), ratio(tcp.p50, tcp.p50))
 	t.note("vs TCP: p50 over the TCP ping-pong's p50 (lower is better); every figure is a full round trip")
 	t.note("the tests took turns, %v each, so that all were measured across the same spans of time", p.duration/latSlices)
-	t.note("polling: %s", pollDescription(p.poll))
+	t.note("polling: %s (the ping-pong's server too)", pollDescription(p.poll))
 	for _, tg := range []struct {
 		name string
 		s    latStats
