@@ -11,10 +11,13 @@ import (
 )
 
 // This file is the connection manager: it creates an RC queue pair on each
-// side, exchanges the two Endpoints over a short-lived TCP connection and
-// moves both queue pairs to RTS, the way rdma_cm or perftest's out-of-band
-// exchange does. The TCP connection carries only the messages of cm_wire.go
-// and is closed once both queue pairs are ready.
+// side, exchanges the two Endpoints over a TCP connection and moves both
+// queue pairs to RTS, the way rdma_cm or perftest's out-of-band exchange
+// does. The TCP connection carries only the messages of cm_wire.go; it
+// stays open while the RC connection lives, so that each side learns of
+// the other's end (Conn.Done). The Endpoints it carries include each queue
+// pair's Secret, so only the two sides of the exchange can connect to the
+// queue pairs it set up (on providers that use it).
 
 // ConnParams describe the queue pair a connection creates.
 type ConnParams struct {

@@ -9,13 +9,15 @@ import (
 // The connection manager's messages, one codec for all of them. A message
 // is a 12-byte header followed by its body:
 //
-//	header: magic "OCM\x01" (4) | kind (1) | reserved (3) | body length (4, big endian)
-//	body:   QPN (4) | PSN (4) | LID (2) | GID (16) | MTU (4) |
+//	header: magic "OCM\x02" (4) | kind (1) | reserved (3) | body length (4, big endian)
+//	body:   QPN (4) | PSN (4) | LID (2) | GID (16) | MTU (4) | secret (16) |
 //	        addr length (2) | addr | private length (2) | private data
+//
+// Version 2 added the endpoint's secret.
 const (
-	cmMagic      = "OCM\x01"
+	cmMagic      = "OCM\x02"
 	cmHeaderSize = 12
-	cmFixedBody  = 4 + 4 + 2 + 16 + 4 + 2 + 2
+	cmFixedBody  = 4 + 4 + 2 + 16 + 4 + SecretSize + 2 + 2
 	// MaxPrivateData bounds ConnParams.PrivateData and reject reasons.
 	MaxPrivateData = 1024
 	cmMaxAddr      = 256
@@ -55,6 +57,7 @@ func (m *cmMsg) marshal() ([]byte, error) {
 	b = binary.BigEndian.AppendUint16(b, e.LID)
 	b = append(b, e.GID[:]...)
 	b = binary.BigEndian.AppendUint32(b, e.MTU)
+	b = append(b, e.Secret[:]...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(e.Addr)))
 	b = append(b, e.Addr...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(m.PrivateData)))
@@ -90,7 +93,8 @@ func parseCMBody(kind cmKind, b []byte) (*cmMsg, error) {
 	e.LID = binary.BigEndian.Uint16(b[8:])
 	copy(e.GID[:], b[10:26])
 	e.MTU = binary.BigEndian.Uint32(b[26:])
-	rest := b[30:]
+	copy(e.Secret[:], b[30:30+SecretSize])
+	rest := b[30+SecretSize:]
 	addrLen := int(binary.BigEndian.Uint16(rest))
 	rest = rest[2:]
 	if addrLen > cmMaxAddr || addrLen+2 > len(rest) {

@@ -11,7 +11,7 @@ import (
 
 func TestCMMsgRoundTrip(t *testing.T) {
 	tests := map[string]cmMsg{
-		"request": {Kind: cmRequest, Endpoint: Endpoint{QPN: 7, PSN: 0xabcdef, Addr: "127.0.0.1:4791"}, PrivateData: []byte("token")},
+		"request": {Kind: cmRequest, Endpoint: Endpoint{QPN: 7, PSN: 0xabcdef, Addr: "127.0.0.1:4791", Secret: [SecretSize]byte{1, 2, 15: 0xff}}, PrivateData: []byte("token")},
 		"accept":  {Kind: cmAccept, Endpoint: Endpoint{QPN: 1 << 23, LID: 3, GID: [16]byte{0xfe, 0x80, 15: 1}, MTU: 4096}},
 		"reject":  {Kind: cmReject, PrivateData: []byte("no")},
 		"ready":   {Kind: cmReady},
@@ -36,7 +36,8 @@ func TestCMMsgRejectsMalformed(t *testing.T) {
 		"unknown kind":   mutate(func(b []byte) []byte { b[4] = 99; return b }),
 		"huge body":      mutate(func(b []byte) []byte { b[8] = 0x7f; return b }),
 		"truncated":      good[:len(good)-1],
-		"addr overflows": mutate(func(b []byte) []byte { b[cmHeaderSize+30] = 0xff; return b }),
+		"addr overflows": mutate(func(b []byte) []byte { b[cmHeaderSize+30+SecretSize] = 0xff; return b }),
+		"old version":    mutate(func(b []byte) []byte { b[3] = 1; return b }),
 		"private short":  mutate(func(b []byte) []byte { b[len(b)-3] = 9; return b }),
 	}
 	for name, b := range tests {
@@ -49,7 +50,7 @@ func TestCMMsgRejectsMalformed(t *testing.T) {
 
 func FuzzCMMsg(f *testing.F) {
 	for _, m := range []cmMsg{
-		{Kind: cmRequest, Endpoint: Endpoint{QPN: 1, Addr: "127.0.0.1:1"}, PrivateData: []byte("x")},
+		{Kind: cmRequest, Endpoint: Endpoint{QPN: 1, Addr: "127.0.0.1:1", Secret: [SecretSize]byte{9: 9}}, PrivateData: []byte("x")},
 		{Kind: cmReady},
 	} {
 		b, err := m.marshal()

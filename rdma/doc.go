@@ -31,12 +31,21 @@
 //   - Send-queue completions appear in post order, and only once the
 //     operation is done at the responder (for READ and atomics, once the
 //     data is in the local buffer). Unsignaled requests complete silently
-//     unless they fail.
+//     unless they fail, and hold their send-queue slots at least until a
+//     later signaled request completes (QP.Caps says how many there are).
+//   - Every posted receive completes exactly once: filled, failed, or
+//     flushed when its queue pair moves to ERR.
 //   - Any failed work request moves its queue pair to QPSErr; every
 //     outstanding and later request on both queues then completes with
 //     WCWRFlushErr.
-//   - A peer that vanishes completes outstanding work with an error within
-//     the queue pair's timeout and retry budget, never a hang.
+//   - A peer that vanishes, or stays connected but silent, completes
+//     outstanding work with an error within the queue pair's timeout and
+//     retry budget, never a hang.
+//   - MR.Dereg does not wait for a peer: the peer's operations in progress
+//     on the region complete, or fail with WCRemAccessErr, and nothing is
+//     written to the region once Dereg has returned.
+//   - Posting and polling never block on the network; CQ.Wait returns
+//     when its context ends.
 //
 // Addresses are the virtual addresses of registered memory (MR.Addr plus an
 // offset), as in verbs; use MR.Bytes to reach the memory from Go.

@@ -262,7 +262,16 @@ type Endpoint struct {
 	// Addr is a transport address for providers that carry RC over a
 	// network of their own (the soft provider: host:port).
 	Addr string
+	// Secret is a random value that a provider carrying RC over a
+	// network of its own (soft) requires of whoever claims to be this
+	// queue pair's peer: only a side that was told this Endpoint through
+	// the connection manager can connect to the queue pair. Providers
+	// whose fabric identifies peers itself (verbs) leave it zero.
+	Secret [SecretSize]byte
 }
+
+// SecretSize is the length of Endpoint.Secret.
+const SecretSize = 16
 
 // QPConfig sizes a queue pair (struct ibv_qp_init_attr).
 type QPConfig struct {
@@ -277,12 +286,20 @@ type QPConfig struct {
 	SignalAll bool
 }
 
+// QPCaps are the sizes a device granted a queue pair, which may exceed
+// what QPConfig asked for (devices round queue sizes up).
+type QPCaps struct {
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInline              int
+}
+
 // QPAttr carries the attributes of a state transition (struct
 // ibv_qp_attr). Modify uses the fields that the target state needs:
 //
 //   - Init: Access (the remote operations this QP accepts), Port.
 //   - RTR: Remote, MinRNRTimer, MaxDestRdAtomic, PathMTU.
-//   - RTS: Timeout, RetryCount, RNRRetry, MaxRdAtomic.
+//   - RTS: Timeout, RetryCount, RNRRetry, MaxRdAtomic, SendPSN.
 //   - Err and Reset: nothing.
 type QPAttr struct {
 	State QPState
@@ -305,6 +322,11 @@ type QPAttr struct {
 	// RNRRetry is how often an RNR-NAKed request is retried (7: forever).
 	RNRRetry    uint8
 	MaxRdAtomic uint8
+	// SendPSN, if not zero, is the first PSN this side sends (the verbs
+	// sq_psn), set on the move from RTR to RTS; zero keeps the one the
+	// queue pair's Endpoint announced. The peer must have been given the
+	// same in the Endpoint of its RTR. (Tests use it to make PSNs wrap.)
+	SendPSN uint32
 }
 
 // RNRTimer is the IB encoding (0-31) of the minimum RNR NAK timer.
@@ -396,6 +418,8 @@ type CQ interface {
 type QP interface {
 	QPN() uint32
 	State() QPState
+	// Caps returns the queue sizes the device granted the queue pair.
+	Caps() QPCaps
 	// Endpoint returns what the peer needs to connect to this queue pair.
 	Endpoint() Endpoint
 	// Modify moves the queue pair to attr.State.

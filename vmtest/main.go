@@ -66,6 +66,17 @@ func main() {
 		link     = flag.String("link", "auto", "how guests are linked: hub (an L2 hub in the harness), direct (two guests, one NIC listening for the other), auto (direct for two guests)")
 		deadline = flag.Duration("timeout", 25*time.Minute, "bound on the whole run")
 	)
+	flag.Func("bench-poll", "`modes` (comma-separated: spin, yield, hybrid, wait) in which the bench step runs its latency tests again, beside perftest", func(s string) error {
+		for _, m := range strings.Split(s, ",") {
+			switch m = strings.TrimSpace(m); m {
+			case "spin", "yield", "hybrid", "wait", "auto":
+				benchPolls = append(benchPolls, m)
+			default:
+				return fmt.Errorf("unknown polling mode %q", m)
+			}
+		}
+		return nil
+	})
 	flag.Func("exec", "`vmN:command` to run in a guest after the steps, its output printed (repeatable; for debugging)", func(s string) error {
 		name, cmd, ok := strings.Cut(s, ":")
 		if !ok || !strings.HasPrefix(name, "vm") {
@@ -237,6 +248,10 @@ func run(work string, nvms int, only string, mtu int, keep bool, link string, de
 type execCmd struct{ vm, cmd string }
 
 var execs []execCmd
+
+// benchPolls are the extra polling modes of the bench step's latency
+// tests (-bench-poll).
+var benchPolls []string
 
 // vm returns the guest called name, or nil.
 func (c *cluster) vm(name string) *vm {

@@ -238,6 +238,10 @@ var perftests = []struct {
 	{"read_bw_1M", "ib_read_bw", []string{"-s", "1048576", "-D", "3", "-t", "16"}, true, false},
 	{"read_lat_8", "ib_read_lat", []string{"-s", "8", "-n", "1000"}, false, false},
 	{"send_lat_8", "ib_send_lat", []string{"-s", "8", "-n", "1000"}, false, true},
+	// ib_send_lat sleeping on CQ events (-e), as octoctl's --poll wait
+	// does: the baseline of a ping-pong that does not spin. (octoctl's
+	// auto mode waits in these single-CPU guests.)
+	{"send_lat_8_ev", "ib_send_lat", []string{"-s", "8", "-n", "1000", "-e"}, false, true},
 }
 
 func stepPerftest(ctx context.Context, c *cluster, r *report) error {

@@ -93,7 +93,7 @@ own on loopback, runs the client against it and stops the child.`,
 	f.IntVar(&o.depth, "depth", 16, "outstanding requests in the bandwidth tests")
 	f.DurationVar(&o.duration, "duration", time.Second, "measuring time of each test")
 	f.StringVar(&o.tests, "tests", "write,read,send,lat", "which tests to run: write, read, send (bandwidth), lat (latency)")
-	f.StringVar(&o.poll, "poll", "auto", "how the client and server wait for completions: spin (Poll in a tight loop), yield (Poll, runtime.Gosched between empty polls), hybrid (a few µs of Poll, then CQ.Wait), wait (CQ.Wait), auto (wait for soft, spin for verbs)")
+	f.StringVar(&o.poll, "poll", "auto", "how the client and server wait for completions: spin (Poll in a tight loop), yield (Poll, runtime.Gosched between empty polls), hybrid (a few µs of Poll, then CQ.Wait), wait (CQ.Wait), auto (wait for soft; spin for verbs on more than one CPU, else wait)")
 	f.BoolVar(&o.asJSON, "json", false, "print the tables as JSON, one object per line")
 	f.BoolVar(&o.exitWithParent, "exit-with-parent", false, "server: exit when standard input closes (set by the client that spawns it)")
 	f.MarkHidden("exit-with-parent")

@@ -80,6 +80,10 @@ type rdmaLatProbe struct {
 	wr   []rdma.SendWR
 	recv []rdma.RecvWR
 	wcs  [4]rdma.WorkCompletion
+	pl   *poller
+	// A ping-pong's SENDs: how many were posted, and how many of them
+	// are not yet freed by a signaled completion (see pingPong).
+	sent, unreaped int
 }
 
 func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.Opcode, size int) (*rdmaLatProbe, error) {
@@ -87,7 +91,7 @@ func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.
 	if err != nil {
 		return nil, err
 	}
-	p := &rdmaLatProbe{c: c, bc: bc, op: op}
+	p := &rdmaLatProbe{c: c, bc: bc, op: op, pl: newPoller(c.plan.poll)}
 	p.wr = []rdma.SendWR{{ID: 1, Opcode: op, Flags: rdma.SendSignaled,
 		SGL:        []rdma.SGE{{Addr: bc.mr.Addr(), Length: uint32(size), LKey: bc.mr.LKey()}},
 		RemoteAddr: bc.remote.Addr, RKey: bc.remote.RKey}}
@@ -101,26 +105,20 @@ func (c *benchClient) newRDMALatProbe(ctx context.Context, test string, op rdma.
 }
 
 func (p *rdmaLatProbe) roundTrips(ctx context.Context, until time.Time, samples []time.Duration) ([]time.Duration, error) {
-	pingPong := p.recv != nil
+	if p.recv != nil {
+		return p.pingPongs(ctx, until, samples)
+	}
 	fail := func(err error) ([]time.Duration, error) {
 		return nil, fmt.Errorf("%v latency: %w", p.op, err)
 	}
 	for {
-		if pingPong {
-			if err := p.bc.qp.PostRecv(p.recv); err != nil {
-				return fail(err)
-			}
-		}
 		t0 := time.Now()
 		if err := p.bc.qp.PostSend(p.wr); err != nil {
 			return fail(err)
 		}
-		// A ping-pong's round trip ends with the reply's receive; the
-		// SEND's own completion may come before or after it.
 		var rtt time.Duration
-		sent, got := false, !pingPong
-		for !sent || !got {
-			n, err := pollCQ(ctx, p.bc.cq, p.wcs[:], p.c.plan.poll)
+		for done := false; !done; {
+			n, err := p.pl.poll(ctx, p.bc.cq, p.wcs[:])
 			if err != nil {
 				return fail(err)
 			}
@@ -128,16 +126,69 @@ func (p *rdmaLatProbe) roundTrips(ctx context.Context, until time.Time, samples 
 				if w.Status != rdma.WCSuccess {
 					return fail(w.Err())
 				}
-				switch w.ID {
-				case 1:
-					sent = true
-					if !pingPong {
-						rtt = time.Since(t0)
-					}
-				case 2:
-					got = true
-					rtt = time.Since(t0)
+				done, rtt = true, time.Since(t0)
+			}
+		}
+		samples = append(samples, rtt)
+		if !time.Now().Before(until) {
+			return samples, nil
+		}
+	}
+}
+
+// pingPongs times SEND ping-pongs the way perftest's ib_send_lat does
+// (and the server answers, see pingPong): a round trip ends with the
+// reply's receive, on a CQ of its own; the SENDs are signaled one in
+// pingSignalEvery, and their completions reaped only when the send queue
+// needs the room.
+func (p *rdmaLatProbe) pingPongs(ctx context.Context, until time.Time, samples []time.Duration) ([]time.Duration, error) {
+	fail := func(err error) ([]time.Duration, error) {
+		return nil, fmt.Errorf("SEND ping-pong: %w", err)
+	}
+	reap := func() error {
+		n, err := p.pl.poll(ctx, p.bc.cq, p.wcs[:])
+		if err != nil {
+			return err
+		}
+		for _, w := range p.wcs[:n] {
+			if w.Status != rdma.WCSuccess {
+				return w.Err()
+			}
+			p.unreaped -= pingSignalEvery
+		}
+		return nil
+	}
+	base := p.wr[0].Flags &^ rdma.SendSignaled
+	for {
+		for p.unreaped >= pingSignalEvery {
+			if err := reap(); err != nil {
+				return fail(err)
+			}
+		}
+		if err := p.bc.qp.PostRecv(p.recv); err != nil {
+			return fail(err)
+		}
+		p.wr[0].Flags = base
+		if p.sent%pingSignalEvery == pingSignalEvery-1 {
+			p.wr[0].Flags |= rdma.SendSignaled
+		}
+		t0 := time.Now()
+		if err := p.bc.qp.PostSend(p.wr); err != nil {
+			return fail(err)
+		}
+		p.sent++
+		p.unreaped++
+		var rtt time.Duration
+		for got := false; !got; {
+			n, err := p.pl.poll(ctx, p.bc.rcq, p.wcs[:])
+			if err != nil {
+				return fail(err)
+			}
+			for _, w := range p.wcs[:n] {
+				if w.Status != rdma.WCSuccess {
+					return fail(w.Err())
 				}
+				got, rtt = true, time.Since(t0)
 			}
 		}
 		samples = append(samples, rtt)

@@ -26,6 +26,9 @@ type benchRequest struct {
 	Test  string `json:"test"`
 	Size  int    `json:"size"`
 	Depth int    `json:"depth"`
+	// Poll is how the client waits for completions: the server of a
+	// ping-pong waits the same way (empty: the server's own --poll).
+	Poll string `json:"poll,omitempty"`
 }
 
 // Tests a connection can be for.
@@ -67,9 +70,15 @@ const (
 // from ~0.13 ms to ~16 ms), so it waits; the verbs provider's come from
 // the NIC, and CQ.Wait would add an interrupt and a system call, so it
 // spins like perftest.
+//
+// auto spins only where the process has more than one CPU: on a machine
+// of one (a test VM), a process that spins takes the CPU from the
+// kernel's work on the completions it waits for (rxe is such work): in
+// make vm-test's single-CPU guests spinning made a SEND ping-pong 2 to 5
+// times slower than waiting (docs/rdma-verbs.md).
 func parsePollMode(s, providerName string) (pollMode, error) {
 	if s == "auto" {
-		if providerName == "verbs" {
+		if providerName == "verbs" && runtime.NumCPU() > 1 {
 			return pollSpin, nil
 		}
 		return pollWait, nil
@@ -85,17 +94,37 @@ func parsePollMode(s, providerName string) (pollMode, error) {
 // it blocks.
 const hybridPolls = 200
 
-// busyLimit is how long spin and yield poll an empty queue before they
-// block in CQ.Wait: far longer than any gap inside a measurement, short
-// enough that an idle side does not hold a core.
-const busyLimit = 20 * time.Millisecond
+// busyLimit is how long spin and yield poll an empty queue at the least
+// before they block in CQ.Wait: far longer than any gap inside a
+// measurement on real hardware, short enough that an idle side does not
+// hold a core. A poller spins longer when the completions it waits for
+// take longer (maxBusyLimit at most), see poller.
+const (
+	busyLimit    = 20 * time.Millisecond
+	maxBusyLimit = time.Second
+)
 
-// pollCQ returns at least one completion from cq, waiting as mode says.
-// spin polls in a tight loop; yield calls runtime.Gosched between empty
-// polls so that the provider's goroutines get the CPU on a small machine;
-// hybrid polls a few µs, then blocks; wait blocks in CQ.Wait at once.
-func pollCQ(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion, mode pollMode) (int, error) {
-	if mode == pollHybrid {
+// poller waits for completions as its mode says: spin polls in a tight
+// loop; yield calls runtime.Gosched between empty polls so that the
+// provider's goroutines get the CPU on a small machine; hybrid polls a
+// few µs, then blocks; wait blocks in CQ.Wait at once.
+//
+// spin and yield poll for twice the longest recent wait (busyLimit at the
+// least), so that waits as long as a round trip never block: under QEMU's
+// emulation an rxe round trip of a SEND ping-pong takes longer than
+// busyLimit, and blocking in CQ.Wait (arming the CQ, an interrupt, a
+// completion event, a wake-up) on both sides of every round trip made it
+// 5x perftest's, which spins without limit.
+type poller struct {
+	mode  pollMode
+	limit time.Duration // how long to spin before blocking
+}
+
+func newPoller(mode pollMode) *poller { return &poller{mode: mode, limit: busyLimit} }
+
+// poll returns at least one completion from cq.
+func (p *poller) poll(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion) (int, error) {
+	if p.mode == pollHybrid {
 		for range hybridPolls {
 			n, err := cq.Poll(wc)
 			if n > 0 || err != nil {
@@ -103,27 +132,42 @@ func pollCQ(ctx context.Context, cq rdma.CQ, wc []rdma.WorkCompletion, mode poll
 			}
 		}
 	}
-	if mode == pollSpin || mode == pollYield {
-		var until time.Time
+	if p.mode == pollSpin || p.mode == pollYield {
+		var start, until time.Time
 		for i := 1; ; i++ {
 			n, err := cq.Poll(wc)
 			if n > 0 || err != nil {
+				if !start.IsZero() {
+					p.learn(time.Since(start))
+				}
 				return n, err
 			}
-			if mode == pollYield {
+			if p.mode == pollYield {
 				runtime.Gosched()
 			}
 			if i%1024 == 0 {
 				now := time.Now()
-				if until.IsZero() {
-					until = now.Add(busyLimit)
+				if start.IsZero() {
+					start, until = now, now.Add(p.limit)
 				} else if now.After(until) {
 					break
 				}
 			}
 		}
+		n, err := cq.Wait(ctx, wc)
+		if n > 0 && !start.IsZero() {
+			p.learn(time.Since(start))
+		}
+		return n, err
 	}
 	return cq.Wait(ctx, wc)
+}
+
+// learn adjusts the spin limit to a wait of d: twice the longest recent
+// wait, decaying by an eighth per wait towards busyLimit.
+func (p *poller) learn(d time.Duration) {
+	p.limit = max(p.limit-p.limit/8, 2*d, busyLimit)
+	p.limit = min(p.limit, maxBusyLimit)
 }
 
 // benchServer answers the client's connections.
@@ -266,12 +310,22 @@ func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
 		return err
 	}
 	defer cq.Close()
+	// A ping-pong's receives complete on a CQ of their own, the only one
+	// its server waits on (see pingPong).
+	rcq := cq
+	if br.Test == benchTestPingPong {
+		if rcq, err = s.dev.CreateCQ(recvSlots + 4); err != nil {
+			req.Reject(err.Error())
+			return err
+		}
+		defer rcq.Close()
+	}
 	recv := func(slot int) rdma.RecvWR {
 		return rdma.RecvWR{ID: uint64(slot), SGL: []rdma.SGE{{Addr: mr.Addr() + uint64(slotsOff+slot*slotSize), Length: uint32(slotSize), LKey: mr.LKey()}}}
 	}
 	reply, _ := json.Marshal(benchReply{Addr: mr.Addr(), RKey: mr.RKey(), Len: target, TCPPort: s.tcpPort, Device: s.dev.Name()})
 	conn, err := req.Accept(ctx, rdma.ConnParams{
-		QP: rdma.QPConfig{SendCQ: cq, RecvCQ: cq, MaxSendWR: sendDepth, MaxRecvWR: recvSlots + 4,
+		QP: rdma.QPConfig{SendCQ: cq, RecvCQ: rcq, MaxSendWR: sendDepth, MaxRecvWR: recvSlots + 4,
 			MaxSendSGE: 1, MaxRecvSGE: 1, MaxInline: s.inline},
 		PrivateData: reply,
 		Setup: func(qp rdma.QP) error {
@@ -293,19 +347,24 @@ func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
 	if br.Size <= s.inline {
 		replyWR[0].Flags |= rdma.SendInline
 	}
-	wcs := make([]rdma.WorkCompletion, recvSlots+sendDepth)
-	reposts := make([]rdma.RecvWR, 0, recvSlots)
-	// Only the ping-pong's replies are latency-bound; every other test
-	// leaves the server idle, so it blocks rather than spins.
-	mode := pollWait
 	if br.Test == benchTestPingPong {
-		mode = s.poll
+		mode := s.poll
+		if m, err := parsePollMode(br.Poll, s.dev.Provider()); br.Poll != "" && err == nil {
+			mode = m
+		}
+		return pingPong(ctx, qp, cq, rcq, newPoller(mode), replyWR, recv)
 	}
+	wcs := make([]rdma.WorkCompletion, recvSlots+sendDepth)
+	var pl *poller
+	reposts := make([]rdma.RecvWR, 0, recvSlots)
+	// Every test but the ping-pong leaves the server idle, so it blocks
+	// rather than spins.
+	pl = newPoller(pollWait)
 	// Replies wait for room in the send queue: a reply's slot is free
 	// only once the client acknowledged it.
 	owed, inFlight := 0, 0
 	for {
-		n, err := pollCQ(ctx, cq, wcs, mode)
+		n, err := pl.poll(ctx, cq, wcs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -336,6 +395,74 @@ func (s *benchServer) handle(ctx context.Context, req *rdma.ConnRequest) error {
 		}
 		for ; owed > 0 && inFlight < sendDepth; owed, inFlight = owed-1, inFlight+1 {
 			if err := qp.PostSend(replyWR); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// pingSignalEvery is how often a ping-pong's SEND is signaled, on both
+// sides, as perftest's ib_send_lat signals them: the unsignaled ones are
+// freed by the next signaled completion (a send queue of 5 holds them).
+const pingSignalEvery = 4
+
+// pingPong answers each message with one of the same size until the
+// client says it is done, the way perftest's ib_send_lat does: receives
+// complete on a CQ of their own, the only one waited on; replies are
+// signaled one in pingSignalEvery and their completions reaped only when
+// the send queue needs the room (by then the completion is there: the
+// client's later messages acknowledged the reply); and a reply goes out
+// before its receive is posted again. On rxe in QEMU guests a ping-pong
+// with one CQ for both, every reply signaled and the receive reposted
+// first took two completion events per round trip on each side where
+// perftest takes none.
+func pingPong(ctx context.Context, qp rdma.QP, scq, rcq rdma.CQ, pl *poller, reply []rdma.SendWR, recv func(int) rdma.RecvWR) error {
+	var wcs, swcs [8]rdma.WorkCompletion
+	base := reply[0].Flags &^ rdma.SendSignaled
+	sent, unreaped := 0, 0 // replies posted; posted and not yet freed
+	reap := func() error {
+		n, err := pl.poll(ctx, scq, swcs[:])
+		if err != nil {
+			return err
+		}
+		for _, wc := range swcs[:n] {
+			if wc.Status != rdma.WCSuccess {
+				return fmt.Errorf("reply %d: %v", wc.ID, wc.Status)
+			}
+			unreaped -= pingSignalEvery
+		}
+		return nil
+	}
+	for {
+		n, err := pl.poll(ctx, rcq, wcs[:])
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, wc := range wcs[:n] {
+			if wc.Status != rdma.WCSuccess {
+				return fmt.Errorf("completion %d: %v", wc.ID, wc.Status)
+			}
+			if wc.HasImm && wc.Imm == benchDoneImm {
+				return nil
+			}
+			for unreaped >= pingSignalEvery {
+				if err := reap(); err != nil {
+					return err
+				}
+			}
+			reply[0].Flags = base
+			if sent%pingSignalEvery == pingSignalEvery-1 {
+				reply[0].Flags |= rdma.SendSignaled
+			}
+			if err := qp.PostSend(reply); err != nil {
+				return err
+			}
+			sent++
+			unreaped++
+			if err := qp.PostRecv([]rdma.RecvWR{recv(int(wc.ID))}); err != nil {
 				return err
 			}
 		}

@@ -90,12 +90,12 @@ func dialTCPBench(ctx context.Context, addr string, req tcpBenchRequest) (*net.T
 	return c.(*net.TCPConn), nil
 }
 
-// tcpStream writes size-byte messages for d and returns the bandwidth in
-// bytes per second, measured until the server acknowledged every byte.
-func tcpStream(ctx context.Context, addr string, size int, d time.Duration) (float64, error) {
+// tcpStream writes size-byte messages for d and returns what moved, in
+// the time until the server acknowledged every byte.
+func tcpStream(ctx context.Context, addr string, size int, d time.Duration) (bwResult, error) {
 	c, err := dialTCPBench(ctx, addr, tcpBenchRequest{Mode: "stream", Size: size})
 	if err != nil {
-		return 0, err
+		return bwResult{}, err
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
@@ -110,20 +110,20 @@ func tcpStream(ctx context.Context, addr string, size int, d time.Duration) (flo
 			n, err := c.Write(buf)
 			sent += uint64(n)
 			if err != nil {
-				return 0, fmt.Errorf("TCP stream: %w", err)
+				return bwResult{}, fmt.Errorf("TCP stream: %w", err)
 			}
 		}
 	}
 	if err := c.CloseWrite(); err != nil {
-		return 0, err
+		return bwResult{}, err
 	}
 	var ack [8]byte
 	if _, err := io.ReadFull(c, ack[:]); err != nil {
-		return 0, fmt.Errorf("TCP stream: waiting for the server's count: %w", err)
+		return bwResult{}, fmt.Errorf("TCP stream: waiting for the server's count: %w", err)
 	}
 	el := time.Since(start)
 	if got := binary.BigEndian.Uint64(ack[:]); got != sent {
-		return 0, fmt.Errorf("TCP stream: server received %d bytes of %d", got, sent)
+		return bwResult{}, fmt.Errorf("TCP stream: server received %d bytes of %d", got, sent)
 	}
-	return float64(sent) / el.Seconds(), nil
+	return bwResult{bytes: float64(sent), msgs: float64(sent) / float64(size), secs: el.Seconds()}, nil
 }

@@ -130,3 +130,23 @@ func TestBenchRDMASpawn(t *testing.T) {
 	require.Contains(t, s, "server: child process")
 	require.Contains(t, s, "TCP ping-pong")
 }
+
+// TestPollerLearnsWaits: a spinning poller spins twice the longest recent
+// wait before it blocks (never less than busyLimit, never more than
+// maxBusyLimit), and forgets long waits an eighth at a time.
+func TestPollerLearnsWaits(t *testing.T) {
+	p := newPoller(pollSpin)
+	require.Equal(t, busyLimit, p.limit)
+	p.learn(time.Millisecond)
+	require.Equal(t, busyLimit, p.limit, "a short wait keeps the floor")
+	p.learn(30 * time.Millisecond)
+	require.Equal(t, 60*time.Millisecond, p.limit, "twice a long wait")
+	p.learn(time.Millisecond)
+	require.Equal(t, 60*time.Millisecond-60*time.Millisecond/8, p.limit, "decays by an eighth")
+	for range 100 {
+		p.learn(time.Millisecond)
+	}
+	require.Equal(t, busyLimit, p.limit, "back to the floor")
+	p.learn(10 * time.Second)
+	require.Equal(t, maxBusyLimit, p.limit, "capped")
+}

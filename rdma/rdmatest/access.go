@@ -253,3 +253,22 @@ func testZeroLength(t *testing.T, p Provider) {
 	ExpectState(t, "requester after zero-length operations", a.QP, rdma.QPSRTS)
 	ExpectState(t, "responder after zero-length operations", b.QP, rdma.QPSRTS)
 }
+
+// testRemoteAccessAddressWrap: a range whose end wraps past 2^64 is
+// outside every region, however the region's own checks add it up.
+func testRemoteAccessAddressWrap(t *testing.T, p Provider) {
+	for _, op := range oneSidedOps {
+		t.Run(op.String(), func(t *testing.T) {
+			pr := NewPair(t, p, Options{})
+			skipUnlessAtomics(t, op, pr.B.Dev)
+			Fill(pr.B.Buf, 0x4d)
+			expectRemoteOK(t, pr, op, 1, 64, pr.B.Addr(0), pr.B.MR.RKey())
+			Fill(pr.B.Buf, 0x4d)
+			raddr := ^uint64(0) - 31 // + 64 bytes wraps to 32
+			if op.IsAtomic() {
+				raddr = ^uint64(0) - 7 // aligned, and the last word of the address space
+			}
+			expectRemoteAccessErr(t, pr, op, 2, 64, raddr, pr.B.MR.RKey(), pr.B.Buf)
+		})
+	}
+}

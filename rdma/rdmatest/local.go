@@ -15,55 +15,62 @@ func testLocalErrorsSend(t *testing.T, p Provider) {
 	const size = 64 << 10
 	for _, tc := range []struct {
 		name string
-		// wr builds the failing request from pr.A towards pr.B.
-		wr      func(t *testing.T, pr *Pair) rdma.SendWR
+		// wr builds the failing request from pr.A towards pr.B; for a
+		// READ or an atomic it also returns the local memory its SGEs
+		// name, which must not change.
+		wr      func(t *testing.T, pr *Pair) (rdma.SendWR, []byte)
 		atomics bool
 	}{
-		{"SEND/UnknownLKey", func(t *testing.T, pr *Pair) rdma.SendWR {
-			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: pr.A.Addr(0), Length: 64, LKey: UnusedKey(pr.A.MR, pr.B.MR)}}}
+		{"SEND/UnknownLKey", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
+			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: pr.A.Addr(0), Length: 64, LKey: UnusedKey(pr.A.MR, pr.B.MR)}}}, nil
 		}, false},
-		{"SEND/SGEBeyondMR", func(t *testing.T, pr *Pair) rdma.SendWR {
-			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{pr.A.SGE(size-32, 64)}}
+		{"SEND/SGEBeyondMR", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
+			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{pr.A.SGE(size-32, 64)}}, nil
 		}, false},
-		{"SEND/SGEBeforeMR", func(t *testing.T, pr *Pair) rdma.SendWR {
-			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: pr.A.Addr(0) - 16, Length: 32, LKey: pr.A.MR.LKey()}}}
+		{"SEND/SGEBeforeMR", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
+			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: pr.A.Addr(0) - 16, Length: 32, LKey: pr.A.MR.LKey()}}}, nil
 		}, false},
-		{"SEND/OtherPDLKey", func(t *testing.T, pr *Pair) rdma.SendWR {
+		{"SEND/OtherPDLKey", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
 			other, err := pr.A.Dev.AllocPD()
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { other.Close() })
 			mr := RegBuffer(t, other, 4096, rdma.AccessLocalWrite)
-			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: mr.Addr(), Length: 64, LKey: mr.LKey()}}}
+			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{{Addr: mr.Addr(), Length: 64, LKey: mr.LKey()}}}, nil
 		}, false},
-		{"SEND/SecondSGEBad", func(t *testing.T, pr *Pair) rdma.SendWR {
-			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{pr.A.SGE(0, 32), {Addr: pr.A.Addr(64), Length: 32, LKey: UnusedKey(pr.A.MR, pr.B.MR)}}}
+		{"SEND/SecondSGEBad", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
+			return rdma.SendWR{Opcode: rdma.OpSend, SGL: []rdma.SGE{pr.A.SGE(0, 32), {Addr: pr.A.Addr(64), Length: 32, LKey: UnusedKey(pr.A.MR, pr.B.MR)}}}, nil
 		}, false},
-		{"WRITE/UnknownLKey", func(t *testing.T, pr *Pair) rdma.SendWR {
+		{"WRITE/UnknownLKey", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
 			return rdma.SendWR{Opcode: rdma.OpWrite, SGL: []rdma.SGE{{Addr: pr.A.Addr(0), Length: 64, LKey: UnusedKey(pr.A.MR, pr.B.MR)}},
-				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}
+				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}, nil
 		}, false},
-		{"WRITE/SGEBeyondMR", func(t *testing.T, pr *Pair) rdma.SendWR {
-			return rdma.SendWR{Opcode: rdma.OpWrite, SGL: []rdma.SGE{pr.A.SGE(size-32, 64)}, RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}
+		{"WRITE/SGEBeyondMR", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
+			return rdma.SendWR{Opcode: rdma.OpWrite, SGL: []rdma.SGE{pr.A.SGE(size-32, 64)}, RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}, nil
 		}, false},
-		{"READ/UnknownLKey", func(t *testing.T, pr *Pair) rdma.SendWR {
+		{"WRITE/SGEWrapsAround", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
+			// An address whose end wraps past 2^64, with a valid lkey.
+			return rdma.SendWR{Opcode: rdma.OpWrite, SGL: []rdma.SGE{{Addr: ^uint64(0) - 31, Length: 64, LKey: pr.A.MR.LKey()}},
+				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}, nil
+		}, false},
+		{"READ/UnknownLKey", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
 			return rdma.SendWR{Opcode: rdma.OpRead, SGL: []rdma.SGE{{Addr: pr.A.Addr(0), Length: 64, LKey: UnusedKey(pr.A.MR, pr.B.MR)}},
-				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}
+				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}, pr.A.Buf[:64]
 		}, false},
-		{"READ/NoLocalWrite", func(t *testing.T, pr *Pair) rdma.SendWR {
+		{"READ/NoLocalWrite", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
 			mr := RegBuffer(t, pr.A.PD, 4096, rdma.AccessRemoteRead)
 			return rdma.SendWR{Opcode: rdma.OpRead, SGL: []rdma.SGE{{Addr: mr.Addr(), Length: 64, LKey: mr.LKey()}},
-				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}
+				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}, mr.Bytes()[:64]
 		}, false},
-		{"FETCH_AND_ADD/NoLocalWrite", func(t *testing.T, pr *Pair) rdma.SendWR {
+		{"FETCH_AND_ADD/NoLocalWrite", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
 			mr := RegBuffer(t, pr.A.PD, 4096, rdma.AccessRemoteRead)
 			return rdma.SendWR{Opcode: rdma.OpAtomicFetchAndAdd, SGL: []rdma.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}},
-				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey(), CompareAdd: 1}
+				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey(), CompareAdd: 1}, mr.Bytes()[:8]
 		}, true},
-		{"CMP_AND_SWP/UnknownLKey", func(t *testing.T, pr *Pair) rdma.SendWR {
+		{"CMP_AND_SWP/UnknownLKey", func(t *testing.T, pr *Pair) (rdma.SendWR, []byte) {
 			return rdma.SendWR{Opcode: rdma.OpAtomicCmpAndSwp, SGL: []rdma.SGE{{Addr: pr.A.Addr(0), Length: 8, LKey: UnusedKey(pr.A.MR, pr.B.MR)}},
-				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}
+				RemoteAddr: pr.B.Addr(0), RKey: pr.B.MR.RKey()}, pr.A.Buf[:8]
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,18 +78,19 @@ func testLocalErrorsSend(t *testing.T, p Provider) {
 			if tc.atomics {
 				requireAtomics(t, pr.B.Dev)
 			}
-			wr := tc.wr(t, pr)
+			wr, dst := tc.wr(t, pr)
 			wr.ID, wr.Flags = 1, rdma.SendSignaled
 			// A receive waits at the peer so that a SEND that got through
 			// would complete rather than RNR-wait.
 			PostRecv(t, pr.B.QP, rdma.RecvWR{ID: 1, SGL: []rdma.SGE{pr.B.SGE(0, 4096)}})
-			// A READ into memory it may not write must not change it.
-			var dst []byte
+			// A READ or atomic into memory it may not write must not
+			// change it: the remote side holds something else.
 			if wr.Opcode == rdma.OpRead || wr.Opcode.IsAtomic() {
-				Fill(pr.B.Buf[:64], 0x77)
-				if wr.SGL[0].LKey == pr.A.MR.LKey() {
-					dst = pr.A.Buf[:64]
+				if len(dst) == 0 {
+					t.Fatal("test case names no local memory to check")
 				}
+				Fill(pr.B.Buf[:64], 0x77)
+				Fill(dst, 0x11)
 			}
 			before := append([]byte(nil), dst...)
 			if err := pr.A.QP.PostSend([]rdma.SendWR{wr}); err != nil {

@@ -94,3 +94,54 @@ func testOrderingFenceAtomicThenRead(t *testing.T, p Provider) {
 		}
 	}
 }
+
+// testPSNWrap: sequence numbers are 24 bits and wrap: with both sides
+// starting just below 2^24 (QPAttr.SendPSN), SENDs, WRITEs and READs
+// each way go on across the wrap, in order.
+func testPSNWrap(t *testing.T, p Provider) {
+	o := Options{}.withDefaults()
+	na := NewNode(t, p.Open(t), o.BufSize, o.MRAccess)
+	nb := NewNode(t, p.Open(t), o.BufSize, o.MRAccess)
+	a, b := NewSide(t, na, o), NewSide(t, nb, o)
+	tr := o.Transport
+	for _, qp := range []rdma.QP{a.QP, b.QP} {
+		if err := ToInit(qp, o.QPAccess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	epA, epB := a.QP.Endpoint(), b.QP.Endpoint()
+	epA.PSN, epB.PSN = 0xffffff-20, 0xffffff-3
+	if err := ToRTR(a.QP, epB, tr); err != nil {
+		t.Fatal(err)
+	}
+	if err := ToRTR(b.QP, epA, tr); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		qp  rdma.QP
+		psn uint32
+	}{{a.QP, epA.PSN}, {b.QP, epB.PSN}} {
+		if err := s.qp.Modify(rdma.QPAttr{State: rdma.QPSRTS, Timeout: tr.Timeout, RetryCount: tr.RetryCount,
+			RNRRetry: tr.RNRRetry, MaxRdAtomic: maxRdAtomic, SendPSN: s.psn}); err != nil {
+			t.Fatalf("Modify to RTS with SendPSN %#x: %v", s.psn, err)
+		}
+	}
+	for round := range 16 {
+		for _, dir := range []struct{ from, to *Side }{{a, b}, {b, a}} {
+			seed := byte(round*2 + 1)
+			Fill(dir.from.Buf[:256], seed)
+			PostRecv(t, dir.to.QP, rdma.RecvWR{ID: uint64(round), SGL: []rdma.SGE{dir.to.SGE(1024, 64)}})
+			PostSend(t, dir.from.QP,
+				rdma.SendWR{ID: 1, Opcode: rdma.OpWrite, Flags: rdma.SendSignaled, SGL: []rdma.SGE{dir.from.SGE(0, 64)}, RemoteAddr: dir.to.Addr(2048), RKey: dir.to.MR.RKey()},
+				rdma.SendWR{ID: 2, Opcode: rdma.OpSend, Flags: rdma.SendSignaled, SGL: []rdma.SGE{dir.from.SGE(64, 64)}},
+				rdma.SendWR{ID: 3, Opcode: rdma.OpRead, Flags: rdma.SendSignaled, SGL: []rdma.SGE{dir.from.SGE(4096, 64)}, RemoteAddr: dir.to.Addr(2048), RKey: dir.to.MR.RKey()})
+			wcs := WaitN(t, dir.from.SendCQ, 3)
+			CheckOK(t, "WRITE across the PSN wrap", wcs[0], 1, rdma.WCWrite)
+			CheckOK(t, "SEND across the PSN wrap", wcs[1], 2, rdma.WCSend)
+			CheckOK(t, "READ across the PSN wrap", wcs[2], 3, rdma.WCRead)
+			CheckOK(t, "receive across the PSN wrap", WaitOne(t, dir.to.RecvCQ), uint64(round), rdma.WCRecv)
+			CheckBytes(t, "SEND data", dir.to.Buf[1024:1088], dir.from.Buf[64:128])
+			CheckBytes(t, "READ of the WRITE", dir.from.Buf[4096:4160], dir.from.Buf[:64])
+		}
+	}
+}

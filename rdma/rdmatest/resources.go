@@ -330,3 +330,36 @@ func testConnectionManager(t *testing.T, p Provider) {
 		t.Errorf("listener's Conn not done %v after the dialer closed", DefaultWaitTimeout)
 	}
 }
+
+// testQPCaps: QP.Caps reports at least what QPConfig asked for (devices
+// may grant more), and the queue pair takes that many requests.
+func testQPCaps(t *testing.T, p Provider) {
+	dev := p.Open(t)
+	n := NewNode(t, dev, 64<<10, rdma.AccessAll)
+	c := dev.Caps()
+	cfg := rdma.QPConfig{MaxSendWR: 17, MaxRecvWR: 33, MaxSendSGE: min(3, c.MaxSGE), MaxRecvSGE: min(2, c.MaxSGE), MaxInline: min(40, c.MaxInline)}
+	s := NewSide(t, n, Options{QP: cfg})
+	got := s.QP.Caps()
+	for _, f := range []struct {
+		name      string
+		got, want int
+	}{
+		{"MaxSendWR", got.MaxSendWR, cfg.MaxSendWR},
+		{"MaxRecvWR", got.MaxRecvWR, cfg.MaxRecvWR},
+		{"MaxSendSGE", got.MaxSendSGE, cfg.MaxSendSGE},
+		{"MaxRecvSGE", got.MaxRecvSGE, cfg.MaxRecvSGE},
+		{"MaxInline", got.MaxInline, cfg.MaxInline},
+	} {
+		if f.got < f.want {
+			t.Errorf("QP.Caps().%s = %d, below the %d asked for", f.name, f.got, f.want)
+		}
+	}
+	t.Logf("asked for %+v, granted %+v", cfg, got)
+	// The receive queue takes what Caps says.
+	if err := ToInit(s.QP, rdma.AccessRemoteWrite); err != nil {
+		t.Fatal(err)
+	}
+	for i := range got.MaxRecvWR {
+		PostRecv(t, s.QP, rdma.RecvWR{ID: uint64(i), SGL: []rdma.SGE{n.SGE(0, 8)}})
+	}
+}

@@ -1,6 +1,7 @@
 package rdmatest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -258,6 +259,86 @@ func testRNRRetryExceeded(t *testing.T, p Provider) {
 				RemoteAddr: pr.B.Addr(1024), RKey: pr.B.MR.RKey()})
 			CheckWC(t, op.String()+" that never finds a receive", WaitOne(t, pr.A.SendCQ), 1, rdma.WCRNRRetryExcErr)
 			ExpectState(t, "after RNR retries ran out", pr.A.QP, rdma.QPSErr)
+		})
+	}
+}
+
+// connectRNR connects a pair whose requester A retries RNR NAKs exactly
+// retries times (0 included, which Transport cannot ask for) and whose
+// responder B asks for at least timer between them.
+func connectRNR(t *testing.T, p Provider, retries uint8, timer rdma.RNRTimer) *Pair {
+	t.Helper()
+	o := Options{}.withDefaults()
+	na := NewNode(t, p.Open(t), o.BufSize, o.MRAccess)
+	nb := NewNode(t, p.Open(t), o.BufSize, o.MRAccess)
+	a, b := NewSide(t, na, o), NewSide(t, nb, o)
+	tr := Transport{MinRNRTimer: timer}.withDefaults()
+	for _, qp := range []rdma.QP{a.QP, b.QP} {
+		if err := ToInit(qp, o.QPAccess); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ToRTR(a.QP, b.QP.Endpoint(), tr); err != nil {
+		t.Fatal(err)
+	}
+	if err := ToRTR(b.QP, a.QP.Endpoint(), tr); err != nil {
+		t.Fatal(err)
+	}
+	for _, qp := range []rdma.QP{a.QP, b.QP} {
+		if err := qp.Modify(rdma.QPAttr{State: rdma.QPSRTS, Timeout: tr.Timeout, RetryCount: tr.RetryCount,
+			RNRRetry: retries, MaxRdAtomic: maxRdAtomic}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Pair{A: a, B: b}
+}
+
+// rnrTimerLong is a responder's RNR timer long enough to measure on a
+// loaded machine: 327.68 ms.
+const rnrTimerLong = rdma.RNRTimer(30)
+
+// testRNRTimerMinimum: after an RNR NAK the requester waits at least the
+// responder's timer before it sends the request again, even when a
+// receive is posted at once.
+func testRNRTimerMinimum(t *testing.T, p Provider) {
+	pr := connectRNR(t, p, 7, rnrTimerLong-1) // 245.76 ms
+	timer := time.Duration((rnrTimerLong - 1).Micros()) * time.Microsecond
+	start := time.Now()
+	PostSend(t, pr.A.QP, rdma.SendWR{ID: 1, Opcode: rdma.OpSend, Flags: rdma.SendSignaled, SGL: []rdma.SGE{pr.A.SGE(0, 64)}})
+	// Time for the SEND to be refused (the scenario), then a receive.
+	ExpectNoCompletion(t, pr.A.SendCQ, 50*time.Millisecond, "a SEND without a receive")
+	PostRecv(t, pr.B.QP, rdma.RecvWR{ID: 2, SGL: []rdma.SGE{pr.B.SGE(0, 64)}})
+	CheckOK(t, "SEND retried after an RNR NAK", WaitOne(t, pr.A.SendCQ), 1, rdma.WCSend)
+	el := time.Since(start)
+	t.Logf("SEND completed %v after posting, RNR timer %v", el, timer)
+	if el < timer*9/10 {
+		t.Fatalf("SEND completed %v after posting: retried before the responder's RNR timer of %v", el, timer)
+	}
+}
+
+// testRNRRetryCount: a requester with RNRRetry r sends a request that
+// never finds a receive r+1 times: it fails at the first NAK with r = 0,
+// and after about one timer with r = 1 (fewer retries fail sooner, more
+// later).
+func testRNRRetryCount(t *testing.T, p Provider) {
+	timer := time.Duration(rnrTimerLong.Micros()) * time.Microsecond
+	for _, tc := range []struct {
+		retries  uint8
+		min, max time.Duration
+	}{
+		{0, 0, timer / 2},
+		{1, timer * 9 / 10, timer * 3 / 2},
+	} {
+		t.Run(fmt.Sprintf("Retries%d", tc.retries), func(t *testing.T) {
+			pr := connectRNR(t, p, tc.retries, rnrTimerLong)
+			start := time.Now()
+			PostSend(t, pr.A.QP, rdma.SendWR{ID: 1, Opcode: rdma.OpSend, Flags: rdma.SendSignaled, SGL: []rdma.SGE{pr.A.SGE(0, 64)}})
+			CheckWC(t, "SEND that never finds a receive", WaitOne(t, pr.A.SendCQ), 1, rdma.WCRNRRetryExcErr)
+			el := time.Since(start)
+			t.Logf("failed after %v with %d retries of %v", el, tc.retries, timer)
+			if el < tc.min || el > tc.max {
+				t.Fatalf("failed after %v with RNRRetry %d and a %v timer, want between %v and %v", el, tc.retries, timer, tc.min, tc.max)
+			}
 		})
 	}
 }

@@ -21,15 +21,13 @@ type cq struct {
 	users   map[*qp]struct{}
 	// notify holds a token when completions may be waiting, to wake Wait.
 	notify chan struct{}
-	// driver is the connection a goroutine in Wait reads (rx.go), to be
+	// driver is the link a goroutine in Wait reads (link.go), to be
 	// interrupted when a completion arrives from elsewhere.
-	driver *readTurn
-	// idleHint is set when a queue pair of the CQ has an idle
-	// connection with requests in flight (qp.listIdleLocked).
+	driver atomic.Pointer[link]
+	// idleHint is set when a link of a queue pair of the CQ went idle
+	// (link.releaseLocked): a Wait that is going to sleep hands such
+	// links to their background goroutines.
 	idleHint atomic.Bool
-	// sleepers counts goroutines asleep in Wait, for a poster to wake
-	// one to drive the connection (qp.transmit).
-	sleepers atomic.Int32
 }
 
 var _ rdma.CQ = (*cq)(nil)
@@ -50,7 +48,7 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 		c.mu.Unlock()
 		return false
 	}
-	d := c.driver
+	d := c.driver.Load()
 	if c.n == len(c.ring) {
 		c.overrun = true
 		c.mu.Unlock()
@@ -70,9 +68,9 @@ func (c *cq) push(wc rdma.WorkCompletion) bool {
 }
 
 // wake wakes a goroutine sleeping in Wait, and interrupts d, the driver
-// of a connection (nil if none): a completion it did not read itself has
+// of a link (nil if none): a completion it did not read itself has
 // arrived.
-func (c *cq) wake(d *readTurn) {
+func (c *cq) wake(d *link) {
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -82,11 +80,7 @@ func (c *cq) wake(d *readTurn) {
 	}
 }
 
-func (c *cq) setDriver(r *readTurn) {
-	c.mu.Lock()
-	c.driver = r
-	c.mu.Unlock()
-}
+func (c *cq) setDriver(r *link) { c.driver.Store(r) }
 
 // pending reports whether Poll would return something: a completion or
 // an error.
@@ -96,8 +90,9 @@ func (c *cq) pending() bool {
 	return c.n > 0 || c.overrun || c.closed
 }
 
-// drivable returns the queue pair whose requester connection a waiter on
-// the CQ may drive: the CQ's only queue pair, if it is its send CQ.
+// drivable returns the queue pair whose link a waiter on the CQ may
+// drive: the CQ's only queue pair. (A CQ shared by several queue pairs
+// is fed by their links' background goroutines.)
 func (c *cq) drivable() *qp {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -105,16 +100,14 @@ func (c *cq) drivable() *qp {
 		return nil
 	}
 	for q := range c.users {
-		if q.sendCQ == c {
-			return q
-		}
+		return q
 	}
 	return nil
 }
 
-// releaseIdle gives the read turn back to the background goroutines of
-// the CQ's queue pairs whose connections are idle with requests in
-// flight: the caller is about to rely on them.
+// releaseIdle gives the read turn of the CQ's queue pairs' idle links
+// back to their background goroutines: the caller is about to sleep and
+// rely on them.
 func (c *cq) releaseIdle() {
 	if !c.idleHint.Swap(false) {
 		return
@@ -150,10 +143,16 @@ func (c *cq) failUsers() {
 func (c *cq) Poll(wc []rdma.WorkCompletion) (int, error) {
 	n, _, err := c.poll(wc)
 	if n == 0 && err == nil {
-		if q := c.drivable(); q != nil && q.pollDrive() {
-			n, _, err = c.poll(wc)
-		} else {
+		switch q := c.drivable(); {
+		case q == nil:
 			c.releaseIdle()
+		default:
+			switch q.pollDrive(c) {
+			case pollDrove:
+				n, _, err = c.poll(wc)
+			case pollBusy:
+				c.releaseIdle()
+			}
 		}
 	}
 	return n, err
@@ -197,15 +196,10 @@ func (c *cq) Wait(ctx context.Context, wc []rdma.WorkCompletion) (int, error) {
 			}
 			continue
 		}
-		// Counted before looking at idleHint, and a poster sets the hint
-		// before counting sleepers: one of the two sees the other.
-		c.sleepers.Add(1)
 		c.releaseIdle()
 		select {
 		case <-c.notify:
-			c.sleepers.Add(-1)
 		case <-ctx.Done():
-			c.sleepers.Add(-1)
 			return 0, ctx.Err()
 		}
 	}

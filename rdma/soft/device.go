@@ -1,9 +1,8 @@
 package soft
 
 import (
-	"bufio"
 	"fmt"
-	"io"
+	"hash/maphash"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -24,31 +23,30 @@ type Device struct {
 	log  *slog.Logger
 	ln   net.Listener
 
-	mu      sync.Mutex
-	closed  bool
-	qps     map[uint32]*qp
-	nextQPN uint32
-	conns   map[*wireConn]struct{}
-	// mrs is a copy-on-write table of memory regions indexed by key>>8,
-	// so that the hot path looks a key up without a lock.
-	mrs    atomic.Pointer[[]*mr]
-	mrFree []uint32
-	mrTag  uint8
+	mu     sync.Mutex
+	closed bool
+	qps    map[uint32]*qp
+	conns  map[net.Conn]struct{} // every TCP connection, for Close and DropConnections
+	// mrs is the table of memory regions by key, replaced on every change
+	// (mr.go), so that the hot path looks a key up without a lock.
+	mrs  atomic.Pointer[map[uint32]*mr]
+	keys keyGen
 
 	delay   atomic.Int64  // response delay in nanoseconds (Faults)
 	failKey atomic.Uint32 // rkey to reject (Faults)
 
-	rnrNAKs, resent, timeouts, connsLost atomic.Uint64 // see Stats
+	rnrNAKs, resent, timeouts, connsLost, ackFrames atomic.Uint64 // see Stats
 
-	// The janitor's list of queue pairs whose requester connection is
-	// idle with requests in flight (rx.go). janMu is taken after qp.mu.
+	// The janitor's list of links (janitor.go). janMu is taken after
+	// qp.mu.
 	janMu      sync.Mutex
-	janList    map[*qp]janEntry
+	janList    map[*link]struct{}
 	janRunning bool
 	janClosed  bool
-	done       chan struct{} // closed by Close
+	janTick    time.Duration // the janitor's current period
 
-	wg sync.WaitGroup
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
 }
 
 var (
@@ -64,10 +62,14 @@ var softCaps = rdma.Caps{
 	MaxCQE:        1 << 20,
 	MaxMRSize:     1 << 40,
 	MaxMsgSize:    maxMsgSize,
-	MaxRdAtomic:   16,
+	MaxRdAtomic:   maxRdAtomic,
 	Atomics:       true,
 	AtomicsGlobal: true,
 }
+
+// maxRdAtomic is how many READs and atomics a queue pair has outstanding
+// at most, as requester (and so as responder: see responder.go).
+const maxRdAtomic = 16
 
 // Open opens a soft device whose NIC listens on cfg.Addr (default
 // 127.0.0.1:0). The address must be one that peers can reach: an
@@ -97,15 +99,14 @@ func Open(cfg rdma.DeviceConfig) (*Device, error) {
 		addr:    ln.Addr().String(),
 		ln:      ln,
 		qps:     make(map[uint32]*qp),
-		nextQPN: 1 + rand.Uint32N(1<<22),
-		conns:   make(map[*wireConn]struct{}),
-		mrTag:   uint8(rand.Uint32()),
-		janList: make(map[*qp]janEntry),
+		conns:   make(map[net.Conn]struct{}),
+		keys:    keyGen{seed: maphash.MakeSeed()},
+		janList: make(map[*link]struct{}),
 		done:    make(chan struct{}),
 	}
 	d.name = "soft:" + d.addr
 	d.log = log.With("device", d.name)
-	empty := make([]*mr, 1) // index 0 is never used, so no key is 0
+	empty := make(map[uint32]*mr)
 	d.mrs.Store(&empty)
 	d.wg.Add(1)
 	go d.acceptLoop()
@@ -173,21 +174,14 @@ func (d *Device) Close() error {
 
 // DropConnections severs every TCP connection of the device, as a link
 // failure would. Queue pairs that had a connection move to the error
-// state; their outstanding requests complete with WCRetryExcErr and the
-// rest are flushed.
+// state: their oldest outstanding request completes with WCRetryExcErr
+// and the rest, receives included, are flushed. Their peers see the same.
 func (d *Device) DropConnections() {
 	d.mu.Lock()
 	conns := slices.Collect(maps.Keys(d.conns))
-	qps := slices.Collect(maps.Values(d.qps))
 	d.mu.Unlock()
 	for _, c := range conns {
 		c.Close()
-	}
-	// Idle connections are read by nobody: have them read, to notice.
-	for _, q := range qps {
-		q.mu.Lock()
-		q.toBackgroundLocked()
-		q.mu.Unlock()
 	}
 }
 
@@ -202,22 +196,39 @@ type Stats struct {
 	// Timeouts is how many queue pairs failed because their peer did
 	// not answer within the transport timeout.
 	Timeouts uint64
-	// ConnectionsLost is how many requester connections broke while
-	// their queue pair was in use.
+	// ConnectionsLost is how many links broke while their queue pair
+	// was in use.
 	ConnectionsLost uint64
+	// ACKFrames is how many acknowledgements this device sent in frames
+	// of their own, rather than riding on a frame going the same way.
+	ACKFrames uint64
 }
 
 // Stats returns the device's counters.
 func (d *Device) Stats() Stats {
-	return Stats{RNRNAKs: d.rnrNAKs.Load(), Resent: d.resent.Load(), Timeouts: d.timeouts.Load(), ConnectionsLost: d.connsLost.Load()}
+	return Stats{RNRNAKs: d.rnrNAKs.Load(), Resent: d.resent.Load(), Timeouts: d.timeouts.Load(), ConnectionsLost: d.connsLost.Load(), ACKFrames: d.ackFrames.Load()}
 }
 
-// SetDelay delays every response this device sends by at least delay.
+// SetDelay delays the responses this device sends (READ data, atomic
+// results, acknowledgements, NAKs) by about delay: at least delay for a
+// response to a request that arrives while none is pending.
 func (d *Device) SetDelay(delay time.Duration) { d.delay.Store(int64(delay)) }
 
 // FailKey makes the device reject rkey as a responder, as if it named no
 // memory region; FailKey(0) clears it.
 func (d *Device) FailKey(rkey uint32) { d.failKey.Store(rkey) }
+
+// newQPN returns a random unused queue pair number (24 bits, not 0 or 1),
+// so that a peer cannot guess the numbers of other queue pairs from its
+// own. The caller holds d.mu.
+func (d *Device) newQPNLocked() uint32 {
+	for {
+		n := rand.Uint32() & 0xffffff
+		if _, used := d.qps[n]; !used && n > 1 {
+			return n
+		}
+	}
+}
 
 func (d *Device) acceptLoop() {
 	defer d.wg.Done()
@@ -234,81 +245,61 @@ func (d *Device) acceptLoop() {
 	}
 }
 
-// helloTimeout bounds how long a new connection may take to say hello.
+// helloTimeout bounds how long a new connection may take to say hello,
+// and how long a hello waits for its queue pair to be ready (see accept).
 const helloTimeout = 10 * time.Second
 
-// serveIncoming reads a requester's hello, attaches the connection to the
-// addressed queue pair and runs its responder until the connection ends.
+// serveIncoming reads a dialer's hello and hands the connection to the
+// addressed queue pair, or refuses it.
 func (d *Device) serveIncoming(nc net.Conn) {
-	c := d.track(nc)
-	if c == nil {
+	if !d.track(nc) {
 		return
 	}
-	defer c.Close()
 	nc.SetDeadline(time.Now().Add(helloTimeout))
 	h, err := readHello(nc)
 	if err != nil {
 		d.log.Debug("dropping connection with bad hello", "remote", nc.RemoteAddr(), "err", err)
+		d.untrack(nc)
 		return
 	}
 	d.mu.Lock()
 	q := d.qps[h.DstQPN]
 	d.mu.Unlock()
-	status := helloNoQP
-	var r *responder
-	if q != nil {
-		status, r = q.attachResponder(c, h)
-	}
-	if _, err := nc.Write(marshalHelloAnswer(status)); err != nil || status != helloOK {
-		if r != nil {
-			q.detachResponder(r)
-		}
+	if q == nil {
+		refuse(nc, helloNoQP)
+		d.untrack(nc)
 		return
 	}
-	nc.SetDeadline(time.Time{})
-	r.run()
+	q.accept(nc, h)
 }
 
-// wireConn is one TCP connection of the device.
-type wireConn struct {
-	net.Conn
-	dev  *Device
-	once sync.Once
+// refuse answers a hello with a refusal and closes the connection.
+func refuse(nc net.Conn, s helloStatus) {
+	a := helloAnswer{Status: s}
+	nc.Write(a.marshal())
+	nc.Close()
 }
 
-// track registers nc with the device, or closes it if the device is closed.
-func (d *Device) track(nc net.Conn) *wireConn {
-	c := &wireConn{Conn: nc, dev: d}
+// track registers nc with the device, or closes it if the device is
+// closed.
+func (d *Device) track(nc net.Conn) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		nc.Close()
-		return nil
+		return false
 	}
-	d.conns[c] = struct{}{}
-	return c
+	d.conns[nc] = struct{}{}
+	return true
 }
 
-// Close closes the connection once and forgets it.
-func (c *wireConn) Close() error {
-	c.once.Do(func() {
-		c.Conn.Close()
-		c.dev.mu.Lock()
-		delete(c.dev.conns, c)
-		c.dev.mu.Unlock()
-	})
-	return nil
+// untrack closes nc and forgets it.
+func (d *Device) untrack(nc net.Conn) {
+	nc.Close()
+	d.mu.Lock()
+	delete(d.conns, nc)
+	d.mu.Unlock()
 }
 
-// responseDelay sleeps for the injected response delay, if any.
-func (d *Device) responseDelay() {
-	if delay := time.Duration(d.delay.Load()); delay > 0 {
-		time.Sleep(delay)
-	}
-}
-
-// discard reads and drops n payload bytes.
-func discard(r *bufio.Reader, n uint32) error {
-	_, err := io.CopyN(io.Discard, r, int64(n))
-	return err
-}
+// responseDelay reports the injected response delay, if any.
+func (d *Device) responseDelay() time.Duration { return time.Duration(d.delay.Load()) }

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -54,10 +55,16 @@ func (p *pd) release(mrs, qps int) {
 	p.mu.Unlock()
 }
 
-// mr is a registered memory region. Accesses by the provider bracket
-// themselves with acquire and release; Dereg marks the region dead and
-// waits for accesses in progress, so that once it returns the memory is
-// never touched again through the region.
+// mr is a registered memory region.
+//
+// Every access by the provider brackets itself with acquire and release,
+// and an access never spans a wait for the network: it is one copy, or one
+// non-blocking system call that moves what the socket holds or accepts
+// (link_rx.go, link_tx.go). Dereg marks the region dead, which makes every
+// later acquire fail, and waits only for the accesses in progress, so it
+// returns promptly whatever a peer does, and once it returns the memory is
+// never touched through the region again. The operations that find the
+// region dead fail as remote (or local) access errors.
 type mr struct {
 	pd     *pd
 	buf    []byte
@@ -69,6 +76,13 @@ type mr struct {
 	dead    atomic.Bool
 	drained chan struct{}
 	once    sync.Once
+
+	// links counts, per link, the operations of a peer in progress on
+	// the region that can wait for the network (a WRITE whose payload is
+	// arriving, a READ response queued or being sent): Dereg fails them
+	// at once (link.mrRevoked), rather than when their next byte moves.
+	linksMu sync.Mutex
+	links   map[*link]int
 }
 
 var _ rdma.MR = (*mr)(nil)
@@ -112,7 +126,8 @@ func (p *pd) RegMR(buf []byte, access rdma.Access) (rdma.MR, error) {
 	return m, nil
 }
 
-// Dereg deregisters the region, waiting for accesses in progress.
+// Dereg deregisters the region: later accesses fail at once, and it waits
+// only for an access in progress (a copy or a non-blocking system call).
 func (m *mr) Dereg() error {
 	if m.dead.Swap(true) {
 		return fmt.Errorf("%w: memory region already deregistered", rdma.ErrInvalid)
@@ -121,8 +136,39 @@ func (m *mr) Dereg() error {
 	if m.users.Load() > 0 {
 		<-m.drained
 	}
+	// Only now: a transmitter publishes what it sent before it releases
+	// the region (link.writeOnce), so a response that is out already is
+	// not revoked.
+	m.linksMu.Lock()
+	links := make([]*link, 0, len(m.links))
+	for l := range m.links {
+		links = append(links, l)
+	}
+	m.linksMu.Unlock()
+	for _, l := range links {
+		l.mrRevoked(m)
+	}
 	m.pd.release(1, 0)
 	return nil
+}
+
+// watch records an operation of l in progress on the region; unwatch
+// its end.
+func (m *mr) watch(l *link) {
+	m.linksMu.Lock()
+	if m.links == nil {
+		m.links = make(map[*link]int)
+	}
+	m.links[l]++
+	m.linksMu.Unlock()
+}
+
+func (m *mr) unwatch(l *link) {
+	m.linksMu.Lock()
+	if m.links[l]--; m.links[l] <= 0 {
+		delete(m.links, l)
+	}
+	m.linksMu.Unlock()
 }
 
 // acquire starts an access; it fails once Dereg has begun.
@@ -153,7 +199,38 @@ func (m *mr) span(addr uint64, n uint32) ([]byte, bool) {
 	return m.buf[off : off+uint64(n) : off+uint64(n)], true
 }
 
-// insertMR gives m a key and publishes it in the device's table.
+// keyGen gives memory regions their keys: a keyed permutation of a
+// counter (a four-round Feistel network over the two 16-bit halves, its
+// round function a hash seeded at random per device). No key repeats
+// within 2^32 registrations of a device, so a stale key never names a
+// later region, and keys cannot be guessed from one another or from
+// their order.
+type keyGen struct {
+	seed  maphash.Seed
+	count uint32
+}
+
+// next returns a fresh key, never 0.
+func (g *keyGen) next() uint32 {
+	for {
+		g.count++
+		if k := g.permute(g.count); k != 0 {
+			return k
+		}
+	}
+}
+
+func (g *keyGen) permute(x uint32) uint32 {
+	l, r := uint16(x>>16), uint16(x)
+	for round := range uint64(4) {
+		f := uint16(maphash.Comparable(g.seed, round<<16|uint64(r)))
+		l, r = r, l^f
+	}
+	return uint32(l)<<16 | uint32(r)
+}
+
+// insertMR gives m a key and publishes it in the device's table, a map
+// replaced on every change so that lookups take no lock.
 func (d *Device) insertMR(m *mr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -161,117 +238,109 @@ func (d *Device) insertMR(m *mr) error {
 		return rdma.ErrClosed
 	}
 	old := *d.mrs.Load()
-	table := make([]*mr, len(old), len(old)+1)
-	copy(table, old)
-	var idx uint32
-	if n := len(d.mrFree); n > 0 {
-		idx = d.mrFree[n-1]
-		d.mrFree = d.mrFree[:n-1]
-	} else {
-		if len(table) >= 1<<24 {
-			return fmt.Errorf("%w: too many memory regions", rdma.ErrQueueFull)
-		}
-		idx = uint32(len(table))
-		table = append(table, nil)
+	if len(old) >= maxMRs {
+		return fmt.Errorf("%w: %d memory regions on the device", rdma.ErrQueueFull, len(old))
 	}
-	// The low byte changes with every registration, so a stale key of a
-	// deregistered region does not name its successor in the same slot.
-	d.mrTag++
-	m.key = idx<<8 | uint32(d.mrTag)
-	table[idx] = m
+	m.key = d.keys.next()
+	table := make(map[uint32]*mr, len(old)+1)
+	for k, v := range old {
+		table[k] = v
+	}
+	table[m.key] = m
 	d.mrs.Store(&table)
 	return nil
 }
+
+// maxMRs bounds the memory regions of one device.
+const maxMRs = 1 << 20
 
 func (d *Device) removeMR(m *mr) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	old := *d.mrs.Load()
-	idx := m.key >> 8
-	if int(idx) >= len(old) || old[idx] != m {
+	if old[m.key] != m {
 		return
 	}
-	table := make([]*mr, len(old))
-	copy(table, old)
-	table[idx] = nil
+	table := make(map[uint32]*mr, len(old))
+	for k, v := range old {
+		if k != m.key {
+			table[k] = v
+		}
+	}
 	d.mrs.Store(&table)
-	d.mrFree = append(d.mrFree, idx)
 }
 
 // lookupMR finds the live region with key, or nil.
 func (d *Device) lookupMR(key uint32) *mr {
-	table := *d.mrs.Load()
-	idx := key >> 8
-	if int(idx) >= len(table) {
-		return nil
-	}
-	m := table[idx]
-	if m == nil || m.key != key {
-		return nil
-	}
-	return m
+	return (*d.mrs.Load())[key]
 }
 
 // lookupMRByAddr finds a live region containing [addr, addr+n), for
 // inline data, whose lkey is not checked.
 func (d *Device) lookupMRByAddr(addr uint64, n uint32) *mr {
 	for _, m := range *d.mrs.Load() {
-		if m != nil {
-			if _, ok := m.span(addr, n); ok {
-				return m
-			}
+		if _, ok := m.span(addr, n); ok {
+			return m
 		}
 	}
 	return nil
 }
 
 // localSpans resolves a scatter/gather list against local memory regions
-// of pd, acquiring each region. It returns the spans, the regions to
-// release, and a work completion status (WCSuccess when all is well).
+// of pd. It returns the spans and their regions (one per span, not
+// acquired) and a work completion status (WCSuccess when all is well).
 // needWrite asks for local write access (receive and READ buffers).
-func (d *Device) localSpans(p *pd, sgl []rdma.SGE, needWrite bool, spans [][]byte, held []*mr) ([][]byte, []*mr, rdma.WCStatus) {
+func (d *Device) localSpans(p *pd, sgl []rdma.SGE, needWrite bool, spans [][]byte, owners []*mr) ([][]byte, []*mr, rdma.WCStatus) {
 	for _, s := range sgl {
 		if s.Length == 0 {
 			continue
 		}
 		m := d.lookupMR(s.LKey)
 		if m == nil || m.pd != p || (needWrite && m.access&rdma.AccessLocalWrite == 0) {
-			return spans, held, rdma.WCLocProtErr
+			return spans, owners, rdma.WCLocProtErr
 		}
 		b, ok := m.span(s.Addr, s.Length)
 		if !ok {
-			return spans, held, rdma.WCLocProtErr
+			return spans, owners, rdma.WCLocProtErr
 		}
-		if !m.acquire() {
-			return spans, held, rdma.WCLocProtErr
-		}
-		held = append(held, m)
+		owners = append(owners, m)
 		spans = append(spans, b)
 	}
-	return spans, held, rdma.WCSuccess
+	return spans, owners, rdma.WCSuccess
 }
 
-// releaseAll releases regions acquired by localSpans and empties held.
-func releaseAll(held []*mr) []*mr {
-	for _, m := range held {
+// acquireAll acquires every region of owners; on failure it releases
+// what it took and reports false.
+func acquireAll(owners []*mr) bool {
+	for i, m := range owners {
+		if !m.acquire() {
+			releaseAll(owners[:i])
+			return false
+		}
+	}
+	return true
+}
+
+func releaseAll(owners []*mr) {
+	for _, m := range owners {
 		m.release()
 	}
-	return held[:0]
 }
 
 // remoteSpan checks a remote access for the responder queue pair's PD and
-// returns the region's bytes, acquired. ok is false when the key names no
-// live region of the PD with access, or the range falls outside it.
+// returns the region and its bytes (not acquired). ok is false when the
+// key names no live region of the PD with access, or the range falls
+// outside it.
 func (d *Device) remoteSpan(p *pd, rkey uint32, addr uint64, n uint32, access rdma.Access) (*mr, []byte, bool) {
 	if rkey == d.failKey.Load() && rkey != 0 {
 		return nil, nil, false
 	}
 	m := d.lookupMR(rkey)
-	if m == nil || m.pd != p || m.access&access == 0 {
+	if m == nil || m.pd != p || m.access&access == 0 || m.dead.Load() {
 		return nil, nil, false
 	}
 	b, ok := m.span(addr, n)
-	if !ok || !m.acquire() {
+	if !ok {
 		return nil, nil, false
 	}
 	return m, b, true

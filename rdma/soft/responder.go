@@ -1,12 +1,7 @@
 package soft
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
-	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -14,396 +9,373 @@ import (
 	"github.com/octofs/octofs/rdma"
 )
 
-// responder executes the requests a peer sends on its connection to one
-// queue pair: it checks them as an RC responder does, touches registered
-// memory itself (no application code runs), consumes receive requests and
-// answers with ACKs, NAKs, READ data and atomic results.
-type responder struct {
-	q  *qp
-	c  *wireConn
-	br *bufio.Reader
+// The responder side of a link: it executes the requests the peer sends,
+// with the checks an RC responder makes, in rxe's order, touching
+// registered memory itself (no application code runs): it consumes
+// receive requests and queues ACKs, NAKs, READ data and atomic results
+// for the transmitter (link_tx.go).
 
-	ePSN    uint32 // the next request's PSN
-	rnrWait bool   // an RNR NAK was sent: drop requests until ePSN returns
+// frameAction is what the frame being read does once its payload is in.
+type frameAction uint8
 
-	// wmu guards the response stream, so that part can send the last
-	// acknowledgement from another goroutine.
-	wmu        sync.Mutex
-	bw         *bufio.Writer
-	ackPending bool
-	ackPSN     uint32
-	rhdr       [frameHeaderSize]byte // a large READ response's header
-	rbufs      net.Buffers
-	rout       net.Buffers           // what WriteTo consumes of rbufs
-	whdr       [frameHeaderSize]byte // writeHeader's scratch
+const (
+	actNone     frameAction = iota // discarded: dropped, refused, or its destination went away
+	actSend                        // completes the receive rx.recvIdx
+	actWrite                       // acknowledged
+	actWriteImm                    // acknowledged, completes the receive rx.recvIdx
+	actReadResp                    // part of the response to the READ at rx.sqIdx
+	actAck                         // only its acknowledgement counts
+)
 
-	hdr   [frameHeaderSize]byte
-	sgl   []rdma.SGE
-	spans [][]byte
-	held  []*mr
+// maxRespQueued bounds the READ and atomic responses a peer can have
+// queued here: its requester keeps at most maxRdAtomic outstanding, so
+// more is a broken or hostile peer.
+const maxRespQueued = 4 * maxRdAtomic
+
+// beginFrame starts applying the frame whose header was just read.
+func (l *link) beginFrame() error {
+	l.rx.action = actNone
+	if l.rx.h.Type.isRequest() {
+		return l.beginRequest()
+	}
+	return l.beginResponse()
 }
 
-// errStop ends the responder after it has answered: the queue pair is in
-// error or the connection is unusable.
-var errStop = errors.New("stop")
-
-// attachResponder binds an incoming connection to q if q expects it.
-func (q *qp) attachResponder(c *wireConn, h *hello) (helloStatus, *responder) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	switch {
-	case q.destroyed:
-		return helloNoQP, nil
-	case q.state != rdma.QPSRTR && q.state != rdma.QPSRTS:
-		return helloNotReady, nil
-	case q.remote.QPN != h.SrcQPN || q.remote.Addr != h.SrcAddr:
-		return helloWrongPeer, nil
-	case q.resp != nil:
-		return helloBusy, nil
+// finishFrame applies a frame whose payload is all in; an
+// acknowledgement it carries counts after the frame itself (a READ
+// response can acknowledge requests behind the READ).
+func (l *link) finishFrame() error {
+	rx := &l.rx
+	var err error
+	switch rx.action {
+	case actSend, actWrite, actWriteImm:
+		l.finishRequest()
+	case actReadResp:
+		l.finishReadResponse()
 	}
-	r := &responder{
-		q:    q,
-		c:    c,
-		br:   bufio.NewReaderSize(c, 64<<10),
-		bw:   bufio.NewWriterSize(c, 64<<10),
-		ePSN: q.remote.PSN,
+	if err == nil && rx.h.Flags&flagAck != 0 && !rx.ackDone {
+		err = l.applyAck(rx.h.AckPSN)
 	}
-	q.resp = r
-	return helloOK, r
-}
-
-func (q *qp) detachResponder(r *responder) {
-	q.mu.Lock()
-	if q.resp == r {
-		q.resp = nil
-	}
-	q.mu.Unlock()
-}
-
-// run serves requests until the connection ends.
-func (r *responder) run() {
-	defer r.q.detachResponder(r)
-	defer r.c.Close()
-	for {
-		// Coalesce acknowledgements: answer once the requests that
-		// have already arrived are all executed.
-		if r.br.Buffered() == 0 {
-			if err := r.flush(); err != nil {
-				return
-			}
-		}
-		if _, err := io.ReadFull(r.br, r.hdr[:]); err != nil {
-			return
-		}
-		var h frameHeader
-		err := h.decode(r.hdr[:])
-		if err == nil && !h.Type.isRequest() {
-			err = fmt.Errorf("%w: response frame on a responder connection", rdma.ErrProtocol)
-		}
-		if err == nil {
-			err = r.handle(&h)
-		}
-		if err != nil {
-			if errors.Is(err, rdma.ErrProtocol) {
-				// The stream cannot be trusted past a bad frame: the
-				// queue pair cannot receive from this peer any more.
-				r.q.dev.log.Warn("closing responder connection", "qpn", r.q.qpn, "err", err)
-				r.q.mu.Lock()
-				if r.q.resp == r {
-					r.q.failLocked(rdma.WCWRFlushErr)
-				}
-				r.q.mu.Unlock()
-			}
-			return
-		}
-	}
-}
-
-// part ends the responder when its queue pair is destroyed or reset:
-// requests it executed are acknowledged first, so that a peer whose SEND
-// completed here does not see it fail because the receiver closed at once
-// (a NIC acknowledges on its own; the soft provider defers ACKs to batch
-// them). It is a no-op on a nil responder.
-func (r *responder) part() {
-	if r == nil {
-		return
-	}
-	r.c.SetWriteDeadline(time.Now().Add(partTimeout))
-	r.wmu.Lock()
-	r.flushLocked()
-	r.wmu.Unlock()
-	r.c.Close()
-}
-
-// partTimeout bounds the last acknowledgement to a peer that stopped
-// reading.
-const partTimeout = time.Second
-
-func (r *responder) flush() error {
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	return r.flushLocked()
-}
-
-func (r *responder) flushLocked() error {
-	if r.ackPending {
-		r.writeHeader(frameHeader{Type: frameAck, PSN: r.ackPSN})
-		r.ackPending = false
-	}
-	if r.bw.Buffered() == 0 {
-		return nil
-	}
-	r.q.dev.responseDelay()
-	return r.bw.Flush()
-}
-
-// writeHeader buffers a response header; the caller holds wmu.
-func (r *responder) writeHeader(h frameHeader) {
-	h.encode(r.whdr[:])
-	r.bw.Write(r.whdr[:])
-}
-
-// done records that the request at h.PSN executed; with ack, it is to be
-// acknowledged (a READ or atomic response acknowledges by itself).
-func (r *responder) done(h *frameHeader, ack bool) {
-	r.ePSN = h.PSN + 1
-	r.wmu.Lock()
-	r.ackPending = ack
-	r.ackPSN = h.PSN
-	r.wmu.Unlock()
-}
-
-// respond buffers a response to h, which acknowledges everything before.
-func (r *responder) respond(h frameHeader) {
-	r.wmu.Lock()
-	r.ackPending = false
-	r.writeHeader(h)
-	r.wmu.Unlock()
-}
-
-// handle executes one request.
-func (r *responder) handle(h *frameHeader) error {
-	q := r.q
-	if h.PSN != r.ePSN {
-		if r.rnrWait {
-			// Requests after an RNR-NAKed one are dropped; the
-			// requester sends them again.
-			return r.skipPayload(h)
-		}
-		return fmt.Errorf("%w: request PSN %d, expected %d", rdma.ErrProtocol, h.PSN, r.ePSN)
-	}
-	r.rnrWait = false
-	q.mu.Lock()
-	state, access, current := q.state, q.access, q.resp == r
-	q.mu.Unlock()
-	if !current || (state != rdma.QPSRTR && state != rdma.QPSRTS) {
-		return errStop
-	}
-	switch h.Type {
-	case frameSend, frameSendImm:
-		return r.send(h)
-	case frameWrite, frameWriteImm:
-		if access&rdma.AccessRemoteWrite == 0 {
-			return r.nak(h, nakInvalidRequest)
-		}
-		return r.write(h)
-	case frameRead:
-		if access&rdma.AccessRemoteRead == 0 {
-			return r.nak(h, nakInvalidRequest)
-		}
-		return r.read(h)
-	default:
-		if access&rdma.AccessRemoteAtomic == 0 {
-			return r.nak(h, nakInvalidRequest)
-		}
-		return r.atomic(h)
-	}
-}
-
-func (r *responder) skipPayload(h *frameHeader) error {
-	if h.Type.hasPayload() {
-		return discard(r.br, h.Length)
-	}
-	return nil
-}
-
-// nak refuses the request at h.PSN, which puts both queue pairs in error
-// (an IB class C error).
-func (r *responder) nak(h *frameHeader, code nakCode) error {
-	if err := r.skipPayload(h); err != nil {
-		return err
-	}
-	r.respond(frameHeader{Type: frameNak, PSN: h.PSN, Code: uint8(code)})
-	r.flush()
-	r.q.fail(rdma.WCWRFlushErr)
-	return errStop
-}
-
-// rnr tells the requester no receive is posted for h; it retries later.
-func (r *responder) rnr(h *frameHeader) error {
-	if err := r.skipPayload(h); err != nil {
-		return err
-	}
-	r.q.mu.Lock()
-	timer := r.q.minRNR
-	r.q.mu.Unlock()
-	r.respond(frameHeader{Type: frameRNRNak, PSN: h.PSN, Code: uint8(timer)})
-	r.rnrWait = true
-	r.q.dev.rnrNAKs.Add(1)
-	return r.flush()
-}
-
-// popRecv takes the oldest receive request, copying its SGL into the
-// responder's scratch. ok is false when none is posted.
-func (r *responder) popRecv() (id uint64, ok bool) {
-	q := r.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.rqHead == q.rqTail {
-		return 0, false
-	}
-	w := &q.rq[q.rqHead%uint64(len(q.rq))]
-	q.rqHead++
-	r.sgl = append(r.sgl[:0], w.sgl...)
-	return w.id, true
-}
-
-func (r *responder) hasRecv() bool {
-	r.q.mu.Lock()
-	defer r.q.mu.Unlock()
-	return r.q.rqHead < r.q.rqTail
-}
-
-// completeRecv reports a consumed receive request. If the queue pair left
-// RTR/RTS meanwhile, the request is reported flushed instead.
-func (r *responder) completeRecv(wc rdma.WorkCompletion) {
-	q := r.q
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	wc.QPN = q.qpn
-	if q.state != rdma.QPSRTR && q.state != rdma.QPSRTS {
-		wc = rdma.WorkCompletion{ID: wc.ID, Status: rdma.WCWRFlushErr, Opcode: rdma.WCRecv, QPN: q.qpn}
-	}
-	q.recvCQ.push(wc)
-}
-
-func (r *responder) send(h *frameHeader) error {
-	id, ok := r.popRecv()
-	if !ok {
-		return r.rnr(h)
-	}
-	q := r.q
-	var st rdma.WCStatus
-	r.spans, r.held, st = q.dev.localSpans(q.pd, r.sgl, true, r.spans[:0], r.held[:0])
-	capacity := 0
-	for _, s := range r.spans {
-		capacity += len(s)
-	}
-	code := nakCode(0)
-	switch {
-	case st != rdma.WCSuccess:
-		code = nakRemoteOp
-	case capacity < int(h.Length):
-		st, code = rdma.WCLocLenErr, nakInvalidRequest
-	}
-	if code != 0 {
-		r.held = releaseAll(r.held)
-		r.completeRecv(rdma.WorkCompletion{ID: id, Status: st, Opcode: rdma.WCRecv})
-		return r.nak(h, code)
-	}
-	rest := int(h.Length)
-	for _, s := range r.spans {
-		n := min(rest, len(s))
-		if _, err := io.ReadFull(r.br, s[:n]); err != nil {
-			r.held = releaseAll(r.held)
-			return err
-		}
-		rest -= n
-	}
-	r.held = releaseAll(r.held)
-	wc := rdma.WorkCompletion{ID: id, Opcode: rdma.WCRecv, ByteLen: h.Length}
-	if h.Type == frameSendImm {
-		wc.Imm, wc.HasImm = h.Imm, true
-	}
-	// Owe the acknowledgement before the receiver can see the
-	// completion: it may destroy its queue pair at once (see part).
-	r.done(h, true)
-	r.completeRecv(wc)
-	return nil
-}
-
-func (r *responder) write(h *frameHeader) error {
-	withImm := h.Type == frameWriteImm
-	if withImm && !r.hasRecv() {
-		return r.rnr(h)
-	}
-	if h.Length > 0 {
-		// A zero-length write checks no key.
-		m, span, ok := r.q.dev.remoteSpan(r.q.pd, h.RKey, h.RemoteAddr, h.Length, rdma.AccessRemoteWrite)
-		if !ok {
-			return r.nak(h, nakRemoteAccess)
-		}
-		_, err := io.ReadFull(r.br, span)
-		m.release()
-		if err != nil {
-			return err
-		}
-	}
-	r.done(h, true) // before the completion, as in send
-	if withImm {
-		id, _ := r.popRecv()
-		r.completeRecv(rdma.WorkCompletion{ID: id, Opcode: rdma.WCRecvWriteWithImm, ByteLen: h.Length, Imm: h.Imm, HasImm: true})
-	}
-	return nil
-}
-
-func (r *responder) read(h *frameHeader) error {
-	var span []byte
-	var m *mr
-	if h.Length > 0 {
-		var ok bool
-		m, span, ok = r.q.dev.remoteSpan(r.q.pd, h.RKey, h.RemoteAddr, h.Length, rdma.AccessRemoteRead)
-		if !ok {
-			return r.nak(h, nakRemoteAccess)
-		}
-	}
-	r.done(h, false)
-	r.wmu.Lock()
-	defer r.wmu.Unlock()
-	resp := frameHeader{Type: frameReadResp, PSN: h.PSN, Length: h.Length}
-	if m == nil {
-		r.writeHeader(resp)
-		return nil
-	}
-	defer m.release()
-	if frameHeaderSize+len(span) > r.bw.Available() {
-		// Large data goes straight from registered memory to the
-		// socket, after what is buffered: header and data in one
-		// writev.
-		if err := r.flushLocked(); err != nil {
-			return err
-		}
-		r.q.dev.responseDelay()
-		resp.encode(r.rhdr[:])
-		r.rbufs = append(r.rbufs[:0], r.rhdr[:], span)
-		r.rout = r.rbufs                   // WriteTo consumes its receiver
-		_, err := r.rout.WriteTo(r.c.Conn) // the net.Conn itself, which writes with writev
-		clear(r.rbufs[:2])
-		return err
-	}
-	r.writeHeader(resp)
-	_, err := r.bw.Write(span)
 	return err
 }
 
-func (r *responder) atomic(h *frameHeader) error {
-	m, span, ok := r.q.dev.remoteSpan(r.q.pd, h.RKey, h.RemoteAddr, 8, rdma.AccessRemoteAtomic)
+// ackNowLocked applies the current frame's acknowledgement at its start,
+// under the lock already held, for a frame that is done there (one
+// without payload, or placed whole): the same as applying it at its end.
+func (l *link) ackNowLocked() error {
+	rx, q := &l.rx, l.q
+	if rx.h.Flags&flagAck == 0 || rx.ackDone {
+		return nil
+	}
+	rx.ackDone = true
+	if !l.currentLocked() || q.state != rdma.QPSRTS {
+		return nil
+	}
+	return q.ackLocked(rx.h.AckPSN, true)
+}
+
+// beginRequest checks and starts executing a request of the peer.
+func (l *link) beginRequest() error {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !l.currentLocked() || (q.state != rdma.QPSRTR && q.state != rdma.QPSRTS) {
+		return nil
+	}
+	if h.PSN != rx.ePSN {
+		if rx.rnrWait {
+			// Requests after an RNR-NAKed one are dropped; the
+			// requester sends them again.
+			return nil
+		}
+		return fmt.Errorf("%w: request PSN %d, expected %d", rdma.ErrProtocol, h.PSN, rx.ePSN)
+	}
+	rx.rnrWait = false
+	access := q.access
+	var err error
+	switch h.Type {
+	case frameSend, frameSendImm:
+		l.beginSendLocked()
+	case frameWrite, frameWriteImm:
+		if access&rdma.AccessRemoteWrite == 0 {
+			l.nakLocked(nakInvalidRequest)
+			return nil
+		}
+		l.beginWriteLocked()
+	case frameRead:
+		if access&rdma.AccessRemoteRead == 0 {
+			l.nakLocked(nakInvalidRequest)
+			return nil
+		}
+		err = l.readLocked()
+	default:
+		if access&rdma.AccessRemoteAtomic == 0 {
+			l.nakLocked(nakInvalidRequest)
+			return nil
+		}
+		err = l.atomicLocked()
+	}
+	if err == nil && (rx.left == 0 || rx.ackDone) {
+		err = l.ackNowLocked()
+	}
+	return err
+}
+
+// nextPSN moves on to the next request.
+func (rx *rxState) nextPSN() { rx.ePSN = (rx.ePSN + 1) & 0xffffff }
+
+// nakLocked refuses the current request, which puts both queue pairs in
+// error (an IB class C error). The NAK goes out before anything of the
+// request's payload is read: the link parts, flushing it (link.partLocked).
+func (l *link) nakLocked(code nakCode) {
+	l.pushRespLocked(respItem{kind: respNak, psn: l.rx.h.PSN, code: uint8(code)})
+	l.rx.action = actNone
+	l.q.failLocked(rdma.WCWRFlushErr)
+}
+
+// rnrLocked tells the requester no receive is posted for the current
+// request; it sends it again after the timer.
+func (l *link) rnrLocked() {
+	l.pushRespLocked(respItem{kind: respRNR, psn: l.rx.h.PSN, code: uint8(l.q.minRNR)})
+	l.rx.rnrWait = true
+	l.rx.action = actNone
+	l.dev.rnrNAKs.Add(1)
+}
+
+// beginSendLocked sets a SEND's payload to fill the oldest receive. The
+// receive stays posted while it fills: if the link breaks meanwhile, it
+// is flushed with the others.
+func (l *link) beginSendLocked() {
+	rx, q := &l.rx, l.q
+	if q.rqHead == q.rqTail {
+		l.rnrLocked()
+		return
+	}
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	var st rdma.WCStatus
+	rx.spans, rx.owners, st = q.dev.localSpans(q.pd, r.sgl, true, rx.spans[:0], rx.owners[:0])
+	capacity := 0
+	for _, s := range rx.spans {
+		capacity += len(s)
+	}
+	switch {
+	case st != rdma.WCSuccess:
+		l.failRecvLocked(st, nakRemoteOp)
+		return
+	case capacity < int(rx.h.Length):
+		l.failRecvLocked(rdma.WCLocLenErr, nakInvalidRequest)
+		return
+	}
+	rx.sink, rx.recvIdx, rx.action = sinkRecv, q.rqHead, actSend
+	rx.nextPSN()
+	if b, ok := rx.buffered(); ok {
+		// Arrived whole: place and complete it now, under this lock.
+		if !acquireAll(rx.owners) {
+			rx.sink = sinkDiscard
+			l.failRecvLocked(rdma.WCLocProtErr, nakRemoteOp)
+			return
+		}
+		scatter(rx.spans, b)
+		releaseAll(rx.owners)
+		rx.sink = sinkDiscard
+		l.completeRecvLocked()
+		rx.took()
+		rx.ackDone = false // ackNowLocked applies it
+	}
+}
+
+// completeRecvLocked completes the receive a SEND filled.
+func (l *link) completeRecvLocked() {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	q.rqHead++
+	wc := rdma.WorkCompletion{ID: r.id, Opcode: rdma.WCRecv, QPN: q.qpn, ByteLen: h.Length}
+	if h.Type == frameSendImm {
+		wc.Imm, wc.HasImm = h.Imm, true
+	}
+	l.executedLocked(h.PSN, true)
+	q.recvCQ.push(wc)
+}
+
+// failRecvLocked completes the oldest receive with status and NAKs the
+// current request with code.
+func (l *link) failRecvLocked(status rdma.WCStatus, code nakCode) {
+	q := l.q
+	r := &q.rq[q.rqHead%uint64(len(q.rq))]
+	q.rqHead++
+	q.recvCQ.push(rdma.WorkCompletion{ID: r.id, Status: status, Opcode: rdma.WCRecv, QPN: q.qpn})
+	l.nakLocked(code)
+}
+
+// beginWriteLocked checks a WRITE's target and sets its payload to go
+// there. A bad target is NAKed at once, before the payload is read.
+func (l *link) beginWriteLocked() {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	withImm := h.Type == frameWriteImm
+	if withImm && q.rqHead == q.rqTail {
+		l.rnrLocked()
+		return
+	}
+	if h.Length > 0 {
+		// A zero-length write checks no key.
+		m, span, ok := q.dev.remoteSpan(q.pd, h.RKey, h.RemoteAddr, h.Length, rdma.AccessRemoteWrite)
+		if !ok {
+			l.nakLocked(nakRemoteAccess)
+			return
+		}
+		rx.spans = append(rx.spans[:0], span)
+		rx.owners = append(rx.owners[:0], m)
+		rx.sink = sinkMR
+		// Watched while its payload arrives: Dereg fails it at once.
+		m.watch(l)
+		l.rxMR, l.rxMRPSN = m, h.PSN
+	}
+	rx.action = actWrite
+	if withImm {
+		rx.action, rx.recvIdx = actWriteImm, q.rqHead
+	}
+	rx.nextPSN()
+}
+
+// writeRevoked fails a WRITE whose target region was deregistered while
+// its payload arrived: a remote access error, NAKed at once.
+func (l *link) writeRevoked() {
+	q := l.q
+	q.mu.Lock()
+	if l.currentLocked() {
+		l.nakLocked(nakRemoteAccess)
+	}
+	l.rx.action = actNone
+	q.mu.Unlock()
+}
+
+// placeRevoked fails a SEND or a READ response whose local buffers were
+// deregistered while its payload arrived.
+func (l *link) placeRevoked(sink sinkKind) {
+	q := l.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l.rx.action = actNone
+	if !l.currentLocked() {
+		return
+	}
+	switch sink {
+	case sinkRecv:
+		if q.rqHead == l.rx.recvIdx && q.rqHead < q.rqTail {
+			l.failRecvLocked(rdma.WCLocProtErr, nakRemoteOp)
+			return
+		}
+		q.failLocked(rdma.WCWRFlushErr)
+	case sinkRead:
+		q.failLocked(rdma.WCLocProtErr)
+	}
+}
+
+// finishRequest completes a SEND or WRITE whose payload is all placed:
+// its receive completes, and it is owed an acknowledgement (before the
+// receiver can see the completion: it may destroy its queue pair at
+// once, see link.partLocked).
+func (l *link) finishRequest() {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	l.endWriteLocked()
+	if !l.currentLocked() || (q.state != rdma.QPSRTR && q.state != rdma.QPSRTS) {
+		return
+	}
+	switch rx.action {
+	case actSend:
+		if q.rqHead != rx.recvIdx {
+			return
+		}
+		l.completeRecvLocked()
+	case actWriteImm:
+		if q.rqHead != rx.recvIdx {
+			return
+		}
+		r := &q.rq[q.rqHead%uint64(len(q.rq))]
+		q.rqHead++
+		l.executedLocked(h.PSN, true)
+		q.recvCQ.push(rdma.WorkCompletion{ID: r.id, Opcode: rdma.WCRecvWriteWithImm, QPN: q.qpn, ByteLen: h.Length, Imm: h.Imm, HasImm: true})
+	case actWrite:
+		l.executedLocked(h.PSN, false)
+	}
+}
+
+// endWriteLocked forgets the region of a WRITE whose frame ended, one
+// way or another.
+func (l *link) endWriteLocked() {
+	if l.rxMR != nil {
+		l.rxMR.unwatch(l)
+		l.rxMR = nil
+	}
+}
+
+// executedLocked records that the request at psn executed and is owed an
+// acknowledgement. One that completed a receive may wait for a frame to
+// ride on while the application answers messages (link.pingpong).
+func (l *link) executedLocked(psn uint32, completedRecv bool) {
+	if d := l.dev.responseDelay(); d > 0 && !l.ackOwed {
+		l.ackDue = time.Now().Add(d)
+	}
+	l.ackOwed = true
+	l.ackPSN = psn
+	l.ackUnsent++
+	l.ackSeq++
+	if completedRecv {
+		l.recvSinceTx = true
+	}
+	l.ackDelay = completedRecv && l.pingpong && l.ackUnsent == 1
+}
+
+// readLocked queues the response to a READ, whose data is read from
+// memory when it is transmitted (link_tx.go).
+func (l *link) readLocked() error {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	if l.respQueuedLocked() >= maxRespQueued {
+		return fmt.Errorf("%w: more than %d READs and atomics outstanding", rdma.ErrProtocol, maxRespQueued)
+	}
+	item := respItem{kind: respRead, psn: h.PSN}
+	if h.Length > 0 {
+		m, span, ok := q.dev.remoteSpan(q.pd, h.RKey, h.RemoteAddr, h.Length, rdma.AccessRemoteRead)
+		if !ok {
+			l.nakLocked(nakRemoteAccess)
+			return nil
+		}
+		item.mr, item.data, item.watched = m, span, true
+		m.watch(l)
+	}
+	l.pushRespLocked(item)
+	rx.nextPSN()
+	return nil
+}
+
+// atomicLocked executes an atomic on its 8-byte word, with sync/atomic,
+// so that it is atomic against every other atomic in the process and the
+// host CPU's, and queues the original value.
+func (l *link) atomicLocked() error {
+	rx, q := &l.rx, l.q
+	h := &rx.h
+	if l.respQueuedLocked() >= maxRespQueued {
+		return fmt.Errorf("%w: more than %d READs and atomics outstanding", rdma.ErrProtocol, maxRespQueued)
+	}
+	m, span, ok := q.dev.remoteSpan(q.pd, h.RKey, h.RemoteAddr, 8, rdma.AccessRemoteAtomic)
 	if !ok {
-		return r.nak(h, nakRemoteAccess)
+		l.nakLocked(nakRemoteAccess)
+		return nil
 	}
 	if h.RemoteAddr%8 != 0 {
-		m.release()
-		return r.nak(h, nakInvalidRequest)
+		l.nakLocked(nakInvalidRequest)
+		return nil
+	}
+	if !m.acquire() {
+		l.nakLocked(nakRemoteAccess)
+		return nil
 	}
 	word := (*uint64)(unsafe.Pointer(unsafe.SliceData(span)))
 	var old uint64
@@ -418,7 +390,7 @@ func (r *responder) atomic(h *frameHeader) error {
 		old = atomic.AddUint64(word, h.CompareAdd) - h.CompareAdd
 	}
 	m.release()
-	r.done(h, false)
-	r.respond(frameHeader{Type: frameAtomicResp, PSN: h.PSN, CompareAdd: old})
+	l.pushRespLocked(respItem{kind: respAtomic, psn: h.PSN, val: old})
+	rx.nextPSN()
 	return nil
 }

@@ -2,11 +2,15 @@ package soft
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/octofs/octofs/rdma"
+	"github.com/octofs/octofs/rdma/rdmatest"
 )
 
 // TestRNRStormLargeSends streams large SENDs at a receiver that reposts
@@ -17,6 +21,19 @@ func TestRNRStormLargeSends(t *testing.T) {
 	p := newPair(t)
 	const size = 256 << 10
 	const depth = 16
+	// A second queue pair on B's CQ: a Wait on a shared CQ does not read
+	// the link itself, so B's link is read by its background goroutine
+	// while the receiver dawdles, and SENDs find no receive (a Wait on a
+	// CQ of its own would take them only when it has reposted).
+	pdB, err := p.devB.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := pdB.CreateQP(rdma.QPConfig{SendCQ: p.cqB, RecvCQ: p.cqB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	// B reposts receives slowly from a goroutine: RNR NAKs happen.
 	go func() {
 		var wc [32]rdma.WorkCompletion
@@ -72,4 +89,31 @@ func TestRNRStormLargeSends(t *testing.T) {
 		t.Fatal("the sender resent nothing after RNR NAKs")
 	}
 	t.Logf("RNR NAKs %d, requests resent %d", p.devB.Stats().RNRNAKs, p.devA.Stats().Resent)
+}
+
+// TestRNRRetryCountExact: with RNRRetry r, a SEND that never finds a
+// receive is sent r+1 times, refused r+1 times, and fails.
+func TestRNRRetryCountExact(t *testing.T) {
+	for _, retries := range []uint8{0, 1, 3, 6} {
+		t.Run(fmt.Sprint(retries), func(t *testing.T) {
+			pr := rdmatest.NewPair(t, softProvider, rdmatest.Options{Transport: rdmatest.Transport{RNRRetry: retries, MinRNRTimer: 1}})
+			if retries == 0 {
+				// Transport cannot say 0 (it means the default): set it.
+				rdmatest.Connect(t, resetQP(t, pr.A.QP), resetQP(t, pr.B.QP), rdma.AccessRemoteWrite, rdmatest.Transport{MinRNRTimer: 1})
+				require.NoError(t, pr.A.QP.Modify(rdma.QPAttr{State: rdma.QPSRTS, RNRRetry: 0, Timeout: 16, RetryCount: 3}))
+			}
+			rdmatest.PostSend(t, pr.A.QP, rdma.SendWR{ID: 1, Opcode: rdma.OpSend, Flags: rdma.SendSignaled, SGL: []rdma.SGE{pr.A.SGE(0, 8)}})
+			rdmatest.CheckWC(t, "SEND that never finds a receive", rdmatest.WaitOne(t, pr.A.SendCQ), 1, rdma.WCRNRRetryExcErr)
+			devA, devB := pr.A.Dev.(*Device), pr.B.Dev.(*Device)
+			require.Equal(t, uint64(retries)+1, devB.Stats().RNRNAKs, "RNR NAKs sent")
+			require.Equal(t, uint64(retries), devA.Stats().Resent, "requests resent")
+		})
+	}
+}
+
+// resetQP moves qp back to Reset, for a test to connect it again.
+func resetQP(t *testing.T, qp rdma.QP) rdma.QP {
+	t.Helper()
+	require.NoError(t, qp.Modify(rdma.QPAttr{State: rdma.QPSReset}))
+	return qp
 }

@@ -141,3 +141,47 @@ func TestReceiverClosesAfterReceive(t *testing.T) {
 		require.Equal(t, rdma.WCSuccess, wc.Status, "round %d: the SEND the receiver got must succeed", i)
 	}
 }
+
+// TestUnsignaledRequestsHoldSlots: unsignaled requests keep their send
+// queue slots until a later signaled request completes, as on a NIC, so
+// that code that never signals runs out of slots here as it would there.
+func TestUnsignaledRequestsHoldSlots(t *testing.T) {
+	p := newPair(t)
+	write := func(id uint64, flags rdma.SendFlags) []rdma.SendWR {
+		return []rdma.SendWR{{ID: id, Opcode: rdma.OpWrite, Flags: flags,
+			SGL: []rdma.SGE{{Addr: p.mrA.Addr(), Length: 8, LKey: p.mrA.LKey()}}, RemoteAddr: p.mrB.Addr(), RKey: p.mrB.RKey()}}
+	}
+	depth := p.qpA.Caps().MaxSendWR
+	for i := range depth {
+		require.NoError(t, p.qpA.PostSend(write(uint64(i), 0)))
+	}
+	// Every one of them executes and is acknowledged...
+	q := p.qpA.(*qp)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		done := q.sqHead == q.sqTail
+		q.mu.Unlock()
+		if done {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the unsignaled WRITEs never completed")
+	}
+	// ...yet their slots stay taken.
+	err := p.qpA.PostSend(write(999, rdma.SendSignaled))
+	require.ErrorIs(t, err, rdma.ErrQueueFull, "unsignaled requests that never saw a signaled completion still hold their slots")
+
+	// A signaled request frees every slot before it with its own.
+	p2 := newPair(t)
+	for i := range depth - 1 {
+		require.NoError(t, p2.qpA.PostSend([]rdma.SendWR{{ID: uint64(i), Opcode: rdma.OpWrite,
+			SGL: []rdma.SGE{{Addr: p2.mrA.Addr(), Length: 8, LKey: p2.mrA.LKey()}}, RemoteAddr: p2.mrB.Addr(), RKey: p2.mrB.RKey()}}))
+	}
+	require.NoError(t, p2.qpA.PostSend([]rdma.SendWR{{ID: 500, Opcode: rdma.OpWrite, Flags: rdma.SendSignaled,
+		SGL: []rdma.SGE{{Addr: p2.mrA.Addr(), Length: 8, LKey: p2.mrA.LKey()}}, RemoteAddr: p2.mrB.Addr(), RKey: p2.mrB.RKey()}}))
+	require.Equal(t, uint64(500), waitOne(t, p2.cqA).ID)
+	for i := range depth {
+		require.NoError(t, p2.qpA.PostSend([]rdma.SendWR{{ID: uint64(1000 + i), Opcode: rdma.OpWrite,
+			SGL: []rdma.SGE{{Addr: p2.mrA.Addr(), Length: 8, LKey: p2.mrA.LKey()}}, RemoteAddr: p2.mrB.Addr(), RKey: p2.mrB.RKey()}}),
+			"request %d after a signaled completion freed the queue", i)
+	}
+}

@@ -43,6 +43,8 @@ type qp struct {
 	// the device's rounded-up ones, so every device refuses the same
 	// requests.
 	maxSendSGE, maxRecvSGE, maxInline int
+	// caps is what the device granted (ibv_create_qp's cap), for Caps.
+	caps rdma.QPCaps
 
 	// state is the last state Modify set; State asks the device, which
 	// also knows about transitions to Err.
@@ -102,12 +104,13 @@ func (p *pd) createQP(cfg rdma.QPConfig) (*qp, error) {
 		return nil, err
 	}
 	var q *C.struct_ibv_qp
+	var granted C.struct_ibv_qp_cap
 	sigAll := C.int(0)
 	if cfg.SignalAll {
 		sigAll = 1
 	}
 	if rc := C.octo_create_qp(p.pd, scq.cq, rcq.cq, C.uint32_t(sendWR), C.uint32_t(recvWR),
-		C.uint32_t(sendSGE), C.uint32_t(recvSGE), C.uint32_t(cfg.MaxInline), sigAll, &q); rc != 0 {
+		C.uint32_t(sendSGE), C.uint32_t(recvSGE), C.uint32_t(cfg.MaxInline), sigAll, &q, &granted); rc != 0 {
 		scq.unref()
 		rcq.unref()
 		return nil, fmt.Errorf("verbs: create QP: %w", mapErrno(syscall.Errno(rc)))
@@ -115,6 +118,11 @@ func (p *pd) createQP(cfg rdma.QPConfig) (*qp, error) {
 	qp := &qp{
 		pd: p, dev: p.dev, qp: q, qpn: uint32(q.qp_num), psn: rdma.RandomPSN(),
 		scq: scq, rcq: rcq,
+		caps: rdma.QPCaps{
+			MaxSendWR: int(granted.max_send_wr), MaxRecvWR: int(granted.max_recv_wr),
+			MaxSendSGE: int(granted.max_send_sge), MaxRecvSGE: int(granted.max_recv_sge),
+			MaxInline: int(granted.max_inline_data),
+		},
 		maxSendSGE: sendSGE, maxRecvSGE: recvSGE, maxInline: cfg.MaxInline,
 		sendWRs:  cslice[C.struct_octo_send](postBatch, C.sizeof_struct_octo_send),
 		sendSGEs: cslice[C.struct_ibv_sge](postBatch*max(sendSGE, 1), C.sizeof_struct_ibv_sge),
@@ -143,6 +151,11 @@ func orDefault(v, def int) int {
 }
 
 func (q *qp) QPN() uint32 { return q.qpn }
+
+// Caps returns the sizes the device granted, which may exceed what
+// QPConfig asked for: devices round queue sizes up (rxe to a power of two
+// minus one). Post-time checks still use what was asked for.
+func (q *qp) Caps() rdma.QPCaps { return q.caps }
 
 // State asks the device: a queue pair also moves to Err on its own.
 func (q *qp) State() rdma.QPState {
@@ -271,6 +284,12 @@ func (q *qp) modify(a rdma.QPAttr, from rdma.QPState) error {
 			rd := int(a.MaxRdAtomic)
 			if rd == 0 {
 				rd = 1
+			}
+			if a.SendPSN > 0xffffff {
+				return fmt.Errorf("%w: PSN %#x over 24 bits", rdma.ErrInvalid, a.SendPSN)
+			}
+			if a.SendPSN != 0 {
+				q.psn = a.SendPSN
 			}
 			attr.timeout = C.uint8_t(a.Timeout)
 			attr.retry_cnt = C.uint8_t(a.RetryCount)

@@ -202,7 +202,7 @@ int octo_gid_table(struct ibv_context *ctx, uint8_t port, struct octo_gid *out, 
 int octo_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
 		   uint32_t max_send_wr, uint32_t max_recv_wr, uint32_t max_send_sge,
 		   uint32_t max_recv_sge, uint32_t max_inline, int sig_all,
-		   struct ibv_qp **out)
+		   struct ibv_qp **out, struct ibv_qp_cap *granted)
 {
 	struct ibv_qp_init_attr ia;
 	struct ibv_qp *qp;
@@ -220,6 +220,8 @@ int octo_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
 	qp = ibv_create_qp(pd, &ia);
 	if (!qp)
 		return errno ? errno : EINVAL;
+	/* ibv_create_qp writes the sizes the device granted into ia.cap. */
+	*granted = ia.cap;
 	*out = qp;
 	return 0;
 }

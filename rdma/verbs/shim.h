@@ -62,7 +62,7 @@ int octo_gid_table(struct ibv_context *ctx, uint8_t port, struct octo_gid *out, 
 int octo_create_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
 		   uint32_t max_send_wr, uint32_t max_recv_wr, uint32_t max_send_sge,
 		   uint32_t max_recv_sge, uint32_t max_inline, int sig_all,
-		   struct ibv_qp **out);
+		   struct ibv_qp **out, struct ibv_qp_cap *granted);
 int octo_query_qp_state(struct ibv_qp *qp, int *state);
 int octo_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
 void octo_set_rtr(struct ibv_qp_attr *attr, uint32_t dest_qpn, uint32_t rq_psn,
