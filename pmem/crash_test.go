@@ -210,6 +210,7 @@ type worker struct {
 	rng      *rand.Rand
 	payload  int // payload words per record
 	identity bool
+	alone    bool // the only worker on its region
 
 	mu       sync.Mutex // guards cur and inflight against a check on another goroutine
 	cur      model
@@ -310,8 +311,22 @@ func (w *worker) allocExtent(tx *pmem.Tx, next *model, id pmem.RecordID) error {
 
 var errAbort = errors.New("abort on purpose")
 
-// step runs one random operation.
+// step runs one random operation; a worker alone on its region also
+// checks the live region now and then (no transaction is in flight), which
+// catches the volatile allocator drifting from the bitmaps.
 func (w *worker) step(ctx context.Context) error {
+	if err := w.stepOnce(ctx); err != nil {
+		return err
+	}
+	if w.alone && w.rng.IntN(8) == 0 {
+		if rep := pmem.Check(w.r); !rep.Clean() {
+			return fmt.Errorf("fsck of the live region after op %d:\n%s", w.ops, rep)
+		}
+	}
+	return nil
+}
+
+func (w *worker) stepOnce(ctx context.Context) error {
 	w.ops++
 	next := w.cur.clone()
 	r := w.r
@@ -489,12 +504,17 @@ func (w *worker) build(tx *pmem.Tx, next *model) error {
 			return err
 		}
 		copy(next.big[at:], p)
-	case op < 96: // a transaction that gives up
+	case op < 96: // a transaction that gives up, after allocating and freeing
 		if _, err := tx.AllocRecord(w.kind(3)); err != nil {
 			return err
 		}
 		if err := tx.SetRoot(w.root(0), 12345); err != nil {
 			return err
+		}
+		if id, ok := w.pick(); ok && w.rng.IntN(2) == 0 {
+			if err := tx.FreeRecord(id); err != nil {
+				return err
+			}
 		}
 		return errAbort
 	default: // more than a log slot holds: ErrTxTooLarge, no effect
@@ -637,7 +657,9 @@ func runCrashScenario(t *testing.T, sc crashScenario, seed uint64, want int) pme
 		MaxStates:      want,
 		Workload: func(ctx context.Context, r *pmem.Region) error {
 			for i := range sc.workers {
-				cc.workers = append(cc.workers, newWorker(i, seed, r, i == 0))
+				w := newWorker(i, seed, r, i == 0)
+				w.alone = sc.workers == 1
+				cc.workers = append(cc.workers, w)
 			}
 			for _, w := range cc.workers {
 				if err := w.setup(ctx); err != nil {

@@ -77,6 +77,9 @@ type MediumInfo struct {
 	Domain      Domain      `json:"domain"`
 	Instruction Instruction `json:"instruction"`
 	Path        string      `json:"path,omitempty"`
+	// FileSystem names the file system a region file lives on (ext4,
+	// xfs, tmpfs, ...), empty for devices and memory.
+	FileSystem string `json:"file_system,omitempty"`
 	// ReadOnly means the medium is mapped read-only (an offline check):
 	// the region keeps what recovery would write in memory and nothing
 	// reaches the medium, whatever its persistence domain.
@@ -87,6 +90,9 @@ func (i MediumInfo) String() string {
 	p := i.Path
 	if p == "" {
 		p = "(memory)"
+	}
+	if i.FileSystem != "" {
+		p += " (on " + i.FileSystem + ")"
 	}
 	if i.ReadOnly {
 		return fmt.Sprintf("%s %s, mapped read-only: nothing is written to it", i.Mode, p)

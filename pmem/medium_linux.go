@@ -106,6 +106,7 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 	}
 	p := probe{path: path}
 	var size int64
+	var fsName string
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		p.charDevice = true
@@ -129,6 +130,7 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 			return nil, fmt.Errorf("pmem: statfs %s: %w", path, err)
 		}
 		p.volatileFS = sfs.Type == unix.TMPFS_MAGIC || sfs.Type == unix.RAMFS_MAGIC
+		fsName = fileSystemName(sfs.Type)
 	}
 	if !p.charDevice && !p.regular {
 		_, err := decideMode(p, opts.Require)
@@ -190,9 +192,32 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 		dom, instr = DomainNone, InstrNone
 	}
 	return &FileMedium{
-		mapping: mapping{buf: buf, hw: cpu, info: MediumInfo{Mode: mode, Domain: dom, Instruction: instr, Path: path, ReadOnly: opts.ReadOnly}},
+		mapping: mapping{buf: buf, hw: cpu, info: MediumInfo{Mode: mode, Domain: dom, Instruction: instr, Path: path, FileSystem: fsName, ReadOnly: opts.ReadOnly}},
 		f:       f,
 	}, nil
+}
+
+// fileSystemName names a statfs magic number.
+func fileSystemName(magic int64) string {
+	switch magic {
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.RAMFS_MAGIC:
+		return "ramfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs"
+	case unix.NFS_SUPER_MAGIC:
+		return "nfs"
+	case unix.FUSE_SUPER_MAGIC:
+		return "fuse"
+	}
+	return fmt.Sprintf("file system %#x", magic)
 }
 
 // isDevDAX reports whether character device maj:min belongs to the dax

@@ -97,3 +97,17 @@ func mediumPersistence(m Mode, best Instruction, eadr bool) (Domain, Instruction
 	}
 	return DomainNone, InstrNone, nil
 }
+
+// ParseRequirement reads a requirement as operators write it: none,
+// durable or pmem.
+func ParseRequirement(s string) (Requirement, error) {
+	switch s {
+	case "", "none", "nothing":
+		return RequireNothing, nil
+	case "durable":
+		return RequireDurable, nil
+	case "pmem":
+		return RequirePmem, nil
+	}
+	return 0, fmt.Errorf("%w: requirement %q: use none, durable or pmem", ErrUnsupported, s)
+}

@@ -529,16 +529,15 @@ func (tx *Tx) Commit() (err error) {
 }
 
 func (tx *Tx) commit() error {
+	if len(tx.entries) == 0 {
+		// Nothing logged means nothing allocated, so no fresh bytes
+		// either: nothing to do.
+		return nil
+	}
 	r := tx.r
 	var errs flushErrs
 	for _, s := range tx.dirty {
 		errs.add(r.flush(s.off, s.n))
-	}
-	if len(tx.entries) == 0 {
-		if len(tx.dirty) > 0 {
-			errs.add(r.fence())
-		}
-		return errs.err
 	}
 	g := r.geo
 	slotOff := g.slotOff(tx.slot)

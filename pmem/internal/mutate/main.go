@@ -78,7 +78,10 @@ var orderings = []struct {
 	},
 	{
 		file: "tx.go", site: "Tx.commit", what: "flush WriteFresh data after the commit point, not before the log",
-		edits: [][2]string{{"\tfor _, s := range tx.dirty {\n\t\terrs.add(r.flush(s.off, s.n))\n\t}\n\tif len(tx.entries) == 0 {", "\tif len(tx.entries) == 0 {\n\t\tfor _, s := range tx.dirty {\n\t\t\terrs.add(r.flush(s.off, s.n))\n\t\t}"}},
+		edits: [][2]string{
+			{"\tfor _, s := range tx.dirty {\n\t\terrs.add(r.flush(s.off, s.n))\n\t}\n\tg := r.geo\n", "\tg := r.geo\n"},
+			{"\tif errs.add(r.persist(slotOff, 8)) != nil { // F2: committed\n\t\treturn errs.err\n\t}\n", "\tif errs.add(r.persist(slotOff, 8)) != nil { // F2: committed\n\t\treturn errs.err\n\t}\n\tfor _, s := range tx.dirty {\n\t\terrs.add(r.flush(s.off, s.n))\n\t}\n"},
+		},
 	},
 	{
 		file: "region.go", site: "recoverLog", what: "clear the replayed slots before the replayed words are durable",
@@ -89,6 +92,10 @@ var orderings = []struct {
 		file: "tx.go", site: "Tx.commit", what: "store the commit word before the entries are durable",
 		edits: [][2]string{{"\terrs.add(r.flush(slotOff, 8+uint64(len(enc))))\n\tif errs.add(r.fence()) != nil { // F1: entries durable\n\t\treturn errs.err\n\t}\n\tr.store8(slotOff, seq)\n",
 			"\tr.store8(slotOff, seq)\n\terrs.add(r.flush(slotOff, 8+uint64(len(enc))))\n\tif errs.add(r.fence()) != nil { // F1: entries durable\n\t\treturn errs.err\n\t}\n"}},
+	},
+	{
+		file: "tx.go", site: "Tx.freeBlocks", what: "return freed blocks to the allocator before the free is durable",
+		edits: [][2]string{{"\ttx.onApplied = append(tx.onApplied, func() { r.releaseBlocks(e) })\n", "\tr.releaseBlocks(e)\n"}},
 	},
 	{
 		file: "tx.go", site: "Tx.Commit", what: "return a commit as durable although the region failed meanwhile",
@@ -275,9 +282,9 @@ func calleeName(c *ast.CallExpr) string {
 }
 
 var (
-	stateRE = regexp.MustCompile(`crash state \d+ \((?:flush|fence|msync) \d+, seed 0x[0-9a-f]+\)|crash (?:during recovery at its \w+ \d+|right after recovery) \(seed 0x[0-9a-f]+\)`)
+	stateRE = regexp.MustCompile(`crash state \d+ \((?:store|flush|fence|msync) \d+, seed 0x[0-9a-f]+\)|crash (?:during recovery at its \w+ \d+|right after recovery) \(seed 0x[0-9a-f]+\)`)
 	failRE  = regexp.MustCompile(`--- FAIL: (\S+)`)
-	errRE   = regexp.MustCompile(`(?m)^\s+Error:\s+(.*)$`)
+	errRE   = regexp.MustCompile(`(?m)^\s+Error:\s+(.*)\n(.*)$`)
 )
 
 // runOne applies m through an overlay and runs the tests.
@@ -341,7 +348,12 @@ func runOne(tmp, dir string, m mutation, run string, states int, seed uint64, ti
 		case stateRE.Find(out) != nil:
 			res.caught = test + ": " + string(stateRE.Find(out))
 		case errRE.Find(out) != nil:
-			res.caught = test + ": " + truncate(string(errRE.FindSubmatch(out)[1]), 90)
+			m := errRE.FindSubmatch(out)
+			msg := strings.TrimSpace(string(m[1]))
+			if strings.HasSuffix(msg, ":") { // the message is on the next line
+				msg += " " + strings.TrimSpace(string(m[2]))
+			}
+			res.caught = test + ": " + truncate(msg, 110)
 		default:
 			res.caught = test + ": " + truncate(firstLine(out), 90)
 		}
