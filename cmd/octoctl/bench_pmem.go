@@ -293,7 +293,7 @@ func benchAlloc(_ context.Context, o *benchPmemOptions) (*benchTable, error) {
 				if base == 0 {
 					base = ns
 				}
-				t.add(ix.name, strconv.FormatUint(n, 10), pattern, strconv.Itoa(ops), fmt.Sprintf("%.0f", ns), ratio(ns, base))
+				t.add(ix.name, strconv.FormatUint(n, 10), pattern, strconv.Itoa(ops), fmt.Sprintf("%.0f", ns), fmt.Sprintf("%.3gx", ns/base))
 			}
 		}
 	}

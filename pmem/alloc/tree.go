@@ -223,24 +223,15 @@ func runStarts(free, n uint64) uint64 {
 	return free
 }
 
-// longestRun is the longest run of ones in free.
+// longestRun is the longest run of ones in free: each step shortens every
+// run by one, so it costs one step per bit of the longest run.
 func longestRun(free uint64) uint64 {
-	switch free {
-	case 0:
-		return 0
-	case ^uint64(0):
-		return 64
+	n := uint64(0)
+	for free != 0 {
+		free &= free >> 1
+		n++
 	}
-	lo, hi := uint64(1), uint64(63) // runStarts(free, lo) != 0 always holds
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		if runStarts(free, mid) != 0 {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo
+	return n
 }
 
 // leafSummary computes chunk c's summary from the words.
@@ -264,7 +255,10 @@ func (t *Tree) leafSummary(c uint64) summary {
 			s.pre = cur + lead
 			allFree = false
 		}
-		s.best = max(s.best, cur+lead, longestRun(^used))
+		s.best = max(s.best, cur+lead)
+		if free := 64 - uint64(bits.OnesCount64(used)); free > s.best {
+			s.best = max(s.best, longestRun(^used))
+		}
 		cur = uint64(bits.LeadingZeros64(used))
 	}
 	if allFree {
