@@ -454,7 +454,8 @@ func measureCommits(ctx context.Context, r *pmem.Region, ids []pmem.RecordID, d 
 					return
 				}
 				p[0] = byte(i)
-				if err := tx.Write(rec.PayloadOff, p); err == nil {
+				err = tx.Write(rec.PayloadOff, p)
+				if err == nil {
 					err = tx.SetRoot(w, uint64(i))
 				}
 				if err == nil {
