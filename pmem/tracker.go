@@ -31,7 +31,8 @@ const maxVersions = 8
 // The model: a store is remembered per 8-byte word (through
 // StoreObserver); a flushed line's content is pending until the flushing
 // goroutine's next fence, which makes it durable (a fence orders only its
-// own thread's flushes, as SFENCE does); msync makes its pages durable at
+// own thread's flushes, as SFENCE does, when TrackGoroutines is on);
+// msync makes its pages durable at
 // once. Every store, flush, fence and msync is a crash point, at which CrashImage builds
 // what the medium could hold if power failed: every durable line, plus,
 // for each line with stores or flushes not yet durable, its durable
@@ -67,6 +68,9 @@ type Tracker struct {
 	wbErr error
 
 	asMedium *trackedMedium
+	// perGoroutine models each goroutine's fences separately; otherwise a
+	// fence retires every flush before it (exact for one goroutine).
+	perGoroutine atomic.Bool
 }
 
 type version struct{ v, seq uint64 }
@@ -270,6 +274,21 @@ func (t *Tracker) Stored(off, n int) {
 	t.crashPoint("store")
 }
 
+// TrackGoroutines makes the model treat each goroutine as its own CPU
+// thread: a fence retires only the flushes its goroutine issued, as SFENCE
+// orders only its own CPU's flushes. Turn it on when several goroutines
+// flush at once; it costs a stack walk per flush and fence. Off, a fence
+// retires every flush issued before it, which is exact for one goroutine.
+func (t *Tracker) TrackGoroutines(on bool) { t.perGoroutine.Store(on) }
+
+// thread is who issued a flush or fence in the model.
+func (t *Tracker) thread() uint64 {
+	if t.perGoroutine.Load() {
+		return goid()
+	}
+	return 0
+}
+
 // goid is the calling goroutine's id, which stands for "the CPU thread"
 // in the fence model. Tests only: it parses runtime.Stack.
 func goid() uint64 {
@@ -310,7 +329,7 @@ func (t *Tracker) current(l int, tl *trackedLine) *snapshot {
 // flushLines implements hardware: each line's current content becomes the
 // goroutine's pending write-back of it.
 func (t *Tracker) flushLines(_ Instruction, base unsafe.Pointer, lines, stride uintptr) {
-	g := goid()
+	g := t.thread()
 	off := t.offsetOf(base)
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -359,7 +378,7 @@ func (t *Tracker) crashPoint(kind string) {
 // sfence implements hardware: a crash point, then the goroutine's pending
 // flushes become durable.
 func (t *Tracker) sfence() {
-	g := goid()
+	g := t.thread()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.crashPoint("fence")

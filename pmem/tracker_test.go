@@ -104,6 +104,7 @@ func TestTrackerModel(t *testing.T) {
 // another goroutine's fence.
 func TestTrackerFencesAreThreadLocal(t *testing.T) {
 	tr := NewTracker(make([]byte, 256))
+	tr.TrackGoroutines(true)
 	m := tr.Medium(InstrCLWB)
 	flushed, fenceNow, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {

@@ -60,9 +60,14 @@ type Config struct {
 	MaxStates int
 	// MaxFailures stops the run after this many failed checks (default 5).
 	MaxFailures int
+	// Concurrent says the workload runs several goroutines that flush at
+	// once: the tracker then models each goroutine's fences separately
+	// (pmem.Tracker.TrackGoroutines), at a cost.
+	Concurrent bool
 	// Workload runs against the tracked region until it is done or ctx is
 	// cancelled (which happens when MaxStates or MaxFailures is reached).
-	// It may run several goroutines; it returns when they are done.
+	// It may run several goroutines (set Concurrent); it returns when they
+	// are done.
 	Workload func(ctx context.Context, r *pmem.Region) error
 	// Check verifies one crash state. It runs inside the crash point, on
 	// the goroutine that reached it, while every goroutine of the
@@ -119,6 +124,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cfg.MaxFailures = 5
 	}
 	t := pmem.NewTracker(make([]byte, cfg.Size))
+	t.TrackGoroutines(cfg.Concurrent)
 	r, err := pmem.Format(t.Medium(instruction(cfg.Instruction)), cfg.Format, pmem.Options{})
 	if err != nil {
 		return res, err
