@@ -6,11 +6,11 @@ import (
 )
 
 // chunkWords is how many bitmap words one leaf of the summary tree
-// covers: 2048 entries. Smaller leaves make updates cheaper and the tree
-// bigger; at 2^28 entries (1 TiB of 4 KiB blocks) the tree has 2^18 nodes,
-// 8 MiB beside the 32 MiB bitmap.
+// covers: 1024 entries. Smaller leaves make updates cheaper and the tree
+// bigger; at 2^28 entries (1 TiB of 4 KiB blocks) the tree has 2^19 nodes,
+// 16 MiB beside the 32 MiB bitmap.
 const (
-	chunkWords = 32
+	chunkWords = 16
 	chunkBits  = chunkWords * 64
 )
 
@@ -130,6 +130,11 @@ func (t *Tree) Find(count, hint uint64) (start uint64, ok bool) {
 	if hint >= t.n {
 		hint = 0
 	}
+	if count <= 4*64 && t.freeAt(hint, count) {
+		// The common case (allocating after the last allocation): the
+		// leftmost start at or after hint is hint itself.
+		return hint, true
+	}
 	if s, ok, _ := t.search(1, 0, count, hint, 0); ok {
 		return s, true
 	}
@@ -138,6 +143,22 @@ func (t *Tree) Find(count, hint uint64) (start uint64, ok bool) {
 	}
 	s, ok, _ := t.search(1, 0, count, 0, 0)
 	return s, ok
+}
+
+// freeAt reports whether entries [s, s+count) are all free.
+func (t *Tree) freeAt(s, count uint64) bool {
+	end := s + count
+	if end > t.n || end < s {
+		return false
+	}
+	for wi := s / 64; wi*64 < end; wi++ {
+		lo := max(s, wi*64) - wi*64
+		hi := min(end, wi*64+64) - wi*64
+		if t.words[wi]&(^uint64(0)>>(64-(hi-lo))<<lo) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Alloc finds a run like Find and marks it used.
