@@ -70,13 +70,14 @@ clean:
 	rm -rf $(BIN)
 
 CRASHSTATES ?= 100000
+# The pmem power-loss harness at scale: random workloads crashed at every
+# fence, each crash image recovered, fsck'd and compared with the model
+# (make test runs the same test with 12,000 states). Prints the count.
+# Crash points are also after stores and at flushes and msyncs, workloads
+# run one goroutine or several, recovery is crashed too, and so are Format
+# and the deletion of a 262,144-block record. Prints the time and the
+# seed: make crashtest CRASHSEED=<seed> replays a run.
 CRASHSEED ?= 0
-# The pmem power-loss harness at scale: random single- and multi-goroutine
-# workloads crashed after stores and at every flush, fence and msync, each
-# crash image recovered (recovery itself crashed too), fsck'd and compared
-# with the model (make test runs the same test with 12,000 states), plus
-# crashes while formatting and while deleting a 262,144-block record.
-# Prints the count, the time and the seed; CRASHSEED=<seed> replays a run.
 crashtest:
 	@mkdir -p $(BIN); \
 	$(GO) test $(GOFLAGS) -count=1 -timeout 60m -run '^(TestCrashRecovery|TestFormatCrash|TestDeleteLargeFileCrash)$$' -v ./pmem/ \
