@@ -49,6 +49,15 @@ $(STATICCHECK):
 staticcheck: $(STATICCHECK)
 	$(STATICCHECK) $(PKGS)
 
+.PHONY: mutate
+MUTATE_STATES ?= 6000
+# Removes each flush, fence and persist call on pmem's production paths
+# (found by parsing the package) and a few reorderings, one at a time,
+# through go test -overlay (the tree is not modified), runs the crash
+# tests and fails unless every mutation is caught; prints the table.
+mutate:
+	$(GO) run ./pmem/internal/mutate -states $(MUTATE_STATES)
+
 FUZZTIME ?= 10s
 # Every Fuzz* function, found by name, run for FUZZTIME.
 fuzz:
@@ -84,15 +93,6 @@ crashtest:
 	  -args -pmem.crashstates=$(CRASHSTATES) -pmem.seed=$(CRASHSEED) > $(BIN)/crashtest.log 2>&1; status=$$?; \
 	grep -E 'seed [0-9]|crash states|crash points|deleting a record|--- |^ok|^FAIL' $(BIN)/crashtest.log; \
 	[ $$status -eq 0 ] || { echo "crashtest failed, full log in $(BIN)/crashtest.log"; }; exit $$status
-
-.PHONY: mutate
-MUTATE_STATES ?= 6000
-# Removes each flush, fence and persist call on pmem's production paths
-# (found by parsing the package) and a few reorderings, one at a time,
-# through go test -overlay (the tree is not modified), runs the crash
-# tests and fails unless every mutation is caught; prints the table.
-mutate:
-	$(GO) run ./pmem/internal/mutate -states $(MUTATE_STATES)
 
 # The verbs provider (cgo over libibverbs) compiles only with -tags verbs.
 # make test vets, lints, builds and unit-tests it wherever libibverbs'
