@@ -48,12 +48,19 @@ var (
 	// transaction.
 	ErrNotFresh = errors.New("pmem: unlogged write outside this transaction's new allocations")
 	// ErrPersist: flushing to the medium failed (msync I/O error); the
-	// region is unusable until reopened.
+	// region is unusable until reopened, and every commit in flight when
+	// it happened fails with it.
 	ErrPersist = errors.New("pmem: persisting to the medium failed")
 	// ErrReadOnly: the region was opened for inspection only.
 	ErrReadOnly = errors.New("pmem: region is read-only")
 	// ErrBusy: another process has the region open.
 	ErrBusy = errors.New("pmem: region is in use")
+	// ErrMedia: a read or write of the region hit a poisoned or vanished
+	// page (see MediaError).
+	ErrMedia = errors.New("pmem: media error")
+	// ErrFormatted: octofs format was asked to format a region that
+	// already holds one (or other data) without being forced.
+	ErrFormatted = errors.New("pmem: already formatted")
 	// ErrClosed: the region was closed.
 	ErrClosed = errors.New("pmem: region is closed")
 	// ErrUnsupported: this platform cannot open the requested kind of region.

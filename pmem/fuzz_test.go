@@ -48,23 +48,42 @@ func FuzzDecodeLogSlot(f *testing.F) {
 	slot := func(seq uint64, entries []logEntry) []byte {
 		b := make([]byte, g.LogSlotSize)
 		binary.LittleEndian.PutUint64(b, seq)
-		encodeLogSlot(b[8:], seq, entries)
+		size := 0
+		for _, e := range entries {
+			size += e.size()
+		}
+		encodeLogSlot(b[8:], seq, entries, size)
 		return b
 	}
-	f.Add(slot(5, []logEntry{{opSet, g.RootsOff, 1}, {opOr, g.BlkBitmapOff, 3}, {opAndNot, g.RecBitmapOff, 1}}))
+	f.Add(slot(5, []logEntry{{op: opSet, off: g.RootsOff, val: 1}, {op: opOr, off: g.BlkBitmapOff, val: 3}, {op: opAndNot, off: g.RecBitmapOff, val: 1}}))
+	f.Add(slot(6, []logEntry{{op: opBlkSet, off: 3, val: 70}, {op: opWrite, off: g.DataOff + 3, val: 5, data: []byte("hello")}, {op: opBlkClear, off: 0, val: 1}}))
 	f.Add(slot(1, nil))
 	f.Add(make([]byte, g.LogSlotSize))
-	bad := slot(9, []logEntry{{opSet, 0, 1}}) // targets the superblock
+	bad := slot(9, []logEntry{{op: opSet, off: 0, val: 1}}) // targets the superblock
 	f.Add(bad)
+	f.Add(slot(9, []logEntry{{op: opWrite, off: g.DataOff, val: 200, data: make([]byte, 200)}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := decodeLogSlot(b, g)
 		if err != nil || !s.committed {
 			return
 		}
 		for _, e := range s.entries {
-			if !g.logTargetOK(e.off) || e.off+8 > g.RegionSize {
+			sp := (&Region{geo: g}).entrySpan(e)
+			if !g.mutable(sp.off, sp.n) || sp.off+sp.n > g.RegionSize {
 				t.Fatalf("accepted entry outside the mutable areas: %+v", e)
 			}
+			if e.op == opWrite && uint64(len(e.data)) != e.val {
+				t.Fatalf("write entry with %d bytes of data says %d", len(e.data), e.val)
+			}
+		}
+		// Whatever decodes re-encodes to the same bytes.
+		size := 0
+		for _, e := range s.entries {
+			size += e.size()
+		}
+		enc := encodeLogSlot(make([]byte, g.LogSlotSize), s.seq, s.entries, size)
+		if want := b[8 : 8+len(enc)]; string(enc) != string(want) {
+			t.Fatalf("round trip differs")
 		}
 	})
 }

@@ -9,7 +9,9 @@ import (
 	"hash/crc32"
 )
 
-// On-media layout, format version 1. All integers are little-endian.
+// On-media layout, format version 2. All integers are little-endian.
+// Version 2 changed the redo-log slot (range and write entries, CRC-32C);
+// nothing deployed holds version 1, which is refused with ErrVersion.
 //
 //	offset                 size                     what
 //	0                      4 KiB                    superblock copy A
@@ -22,7 +24,7 @@ import (
 //	DataOff (block al.)    NumBlocks*BlockSize      data blocks
 const (
 	// FormatVersion is the on-media format this build writes and reads.
-	FormatVersion = 1
+	FormatVersion = 2
 
 	superblockSlot = 4096 // each copy has a 4 KiB slot of its own
 	superblockSize = 256  // encoded bytes inside the slot
@@ -111,6 +113,10 @@ func (g Geometry) LogEntriesPerSlot() int {
 	return int((uint64(g.LogSlotSize) - logHdrSize) / logEntrySize)
 }
 
+// LogBytesPerSlot is how many bytes of log entries one transaction may
+// use (see Tx.Room).
+func (g Geometry) LogBytesPerSlot() int { return int(g.LogSlotSize) - logHdrSize }
+
 // recordsEnd is one past the last record byte.
 func (g Geometry) recordsEnd() uint64 { return g.RecordOff + g.NumRecords*uint64(g.RecordSize) }
 
@@ -190,7 +196,7 @@ func (s *Superblock) Encode() []byte {
 	le.PutUint32(b[80:], g.ExtentSlots)
 	le.PutUint32(b[84:], g.LogSlots)
 	le.PutUint32(b[88:], g.LogSlotSize)
-	// b[92:96] flags, none defined in version 1.
+	// b[92:96] flags, none defined in version 2.
 	le.PutUint64(b[96:], g.RootsOff)
 	le.PutUint64(b[104:], NumRoots)
 	le.PutUint64(b[112:], g.LogOff)
@@ -287,10 +293,18 @@ func isZero(b []byte) bool {
 func pickSuperblock(a, b Superblock, errA, errB error) (sb Superblock, from int, fixOther bool, err error) {
 	switch {
 	case errA == nil && errB == nil:
-		if b.Seq > a.Seq {
-			return b, 1, a != b, nil
+		switch {
+		case b.Seq > a.Seq:
+			return b, 1, true, nil
+		case a.Seq > b.Seq:
+			return a, 0, true, nil
+		case a != b:
+			// Both valid, same sequence number, different content: no
+			// crash leaves that (SetIdentity bumps the sequence number),
+			// and nothing tells which copy is right.
+			return sb, 0, false, fmt.Errorf("%w: copies A and B both pass their checksums with sequence number %d but disagree (A: cluster %s node %#x, B: cluster %s node %#x), and nothing tells which is right: restore this node from a replica or reformat it", ErrTornSuperblock, a.Seq, a.ClusterUUID, a.NodeID, b.ClusterUUID, b.NodeID)
 		}
-		return a, 0, a != b, nil
+		return a, 0, false, nil
 	case errA == nil:
 		return a, 0, true, nil
 	case errB == nil:

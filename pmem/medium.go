@@ -77,9 +77,13 @@ type MediumInfo struct {
 	Domain      Domain      `json:"domain"`
 	Instruction Instruction `json:"instruction"`
 	Path        string      `json:"path,omitempty"`
-	// CopyOnWrite means the mapping is private (an offline check): no
-	// store reaches the medium, whatever its persistence domain.
-	CopyOnWrite bool `json:"copy_on_write,omitempty"`
+	// FileSystem names the file system a region file lives on (ext4,
+	// xfs, tmpfs, ...), empty for devices and memory.
+	FileSystem string `json:"file_system,omitempty"`
+	// ReadOnly means the medium is mapped read-only (an offline check):
+	// the region keeps what recovery would write in memory and nothing
+	// reaches the medium, whatever its persistence domain.
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 func (i MediumInfo) String() string {
@@ -87,8 +91,11 @@ func (i MediumInfo) String() string {
 	if p == "" {
 		p = "(memory)"
 	}
-	if i.CopyOnWrite {
-		return fmt.Sprintf("%s %s, mapped copy-on-write: nothing is written to it", i.Mode, p)
+	if i.FileSystem != "" {
+		p += " (on " + i.FileSystem + ")"
+	}
+	if i.ReadOnly {
+		return fmt.Sprintf("%s %s, mapped read-only: nothing is written to it", i.Mode, p)
 	}
 	return fmt.Sprintf("%s %s, persistence domain %s, flush with %s", i.Mode, p, i.Domain, i.Instruction)
 }
@@ -101,10 +108,11 @@ type Medium interface {
 	// can be registered as an RDMA memory region.
 	Bytes() []byte
 	// Flush starts writing [off, off+n) back to the persistence domain.
-	Flush(off, n int)
+	// Where write-back is synchronous (msync) Flush is the write-back and
+	// returns its error; the caller owns that error.
+	Flush(off, n int) error
 	// Fence waits until every Flush this goroutine issued before it is
-	// durable. It returns the first write-back error (msync) since the
-	// last Fence.
+	// durable (a CPU fence orders only its own thread's flushes).
 	Fence() error
 	// Info says what the medium is.
 	Info() MediumInfo
@@ -116,13 +124,17 @@ type Medium interface {
 type FileOptions struct {
 	// Require refuses backings weaker than this.
 	Require Requirement
-	// Create creates (or extends) a regular file to Size bytes.
+	// Create creates a new regular file of Size bytes (refusing an
+	// existing one) with all its blocks allocated, so that a full file
+	// system fails the creation rather than a later store with SIGBUS. If
+	// anything fails the file is removed again.
 	Create bool
 	// Size is the file size to create; ignored without Create.
 	Size int64
-	// Private maps the file copy-on-write: writes never reach the file.
-	// fsck uses it to recover and check a region without changing it.
-	Private bool
+	// ReadOnly opens and maps the file read-only (shared, so device DAX
+	// accepts it): the region recovers and checks in memory and can write
+	// nothing. fsck uses it to check a region without changing it.
+	ReadOnly bool
 	// SysfsRoot is where sysfs is mounted ("/sys" when empty); tests point
 	// it elsewhere.
 	SysfsRoot string
@@ -170,7 +182,7 @@ func alignedBytes(size int) []byte {
 func (m *MemMedium) Bytes() []byte { return m.buf }
 
 // Flush implements Medium; volatile memory has nothing to flush.
-func (m *MemMedium) Flush(off, n int) {}
+func (m *MemMedium) Flush(off, n int) error { return nil }
 
 // Fence implements Medium.
 func (m *MemMedium) Fence() error { return nil }

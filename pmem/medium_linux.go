@@ -7,22 +7,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // FileMedium is a region backed by a mapped file or device.
 type FileMedium struct {
-	f       *os.File
-	buf     []byte
-	info    MediumInfo
-	private bool
-
-	// errMu guards flushErr, the first msync error since the last Fence.
-	errMu    sync.Mutex
-	flushErr error
+	mapping
+	f *os.File
 }
 
 var _ Medium = (*FileMedium)(nil)
@@ -36,36 +28,75 @@ func OpenFileMedium(path string, opts FileOptions) (*FileMedium, error) {
 		sysfs = "/sys"
 	}
 	flags := os.O_RDWR
-	if opts.Create {
-		flags |= os.O_CREATE
-	}
-	if opts.Private {
+	switch {
+	case opts.ReadOnly:
 		flags = os.O_RDONLY
+	case opts.Create:
+		flags |= os.O_CREATE | os.O_EXCL
+		if opts.Size <= 0 {
+			return nil, fmt.Errorf("%w: creating %s needs a size", ErrGeometry, path)
+		}
 	}
 	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("pmem: open region: %w", err)
 	}
+	created := opts.Create
+	fail := func(err error) (*FileMedium, error) {
+		f.Close()
+		if created {
+			os.Remove(path)
+		}
+		return nil, err
+	}
 	// One writer at a time: two processes recovering or allocating in the
-	// same region would corrupt it. A private (fsck) open shares the lock
-	// with other inspectors but not with a writer.
+	// same region would corrupt it. A read-only (fsck) open shares the
+	// lock with other inspectors but not with a writer.
 	how := unix.LOCK_EX
-	if opts.Private {
+	if opts.ReadOnly {
 		how = unix.LOCK_SH
 	}
 	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
-		f.Close()
+		created = false // someone else's file
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is open in another process: stop the node using it first", ErrBusy, path)
+			return fail(fmt.Errorf("%w: %s is open in another process: stop the node using it first", ErrBusy, path))
 		}
-		return nil, fmt.Errorf("pmem: lock %s: %w", path, err)
+		return fail(fmt.Errorf("pmem: lock %s: %w", path, err))
 	}
 	m, err := mapFile(f, path, opts, sysfs)
 	if err != nil {
-		f.Close()
-		return nil, err
+		return fail(err)
 	}
 	return m, nil
+}
+
+// preallocate gives the file's first size bytes real blocks, so that
+// stores through the mapping never need the file system to find space
+// (which, on a full file system, is SIGBUS). Where fallocate is not
+// supported it writes zeroes into a new file instead.
+func preallocate(f *os.File, size int64, isNew bool) error {
+	err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return fmt.Errorf("%w: %s needs %d bytes and its file system has too little space (%v): free space, choose a smaller --size, or put the region elsewhere", ErrNoSpace, f.Name(), size, err)
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("pmem: allocate %d bytes for %s: %w", size, f.Name(), err)
+	}
+	if !isNew {
+		// An existing region was allocated when it was created.
+		return nil
+	}
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), size-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return fmt.Errorf("pmem: write %s to allocate it: %w", f.Name(), err)
+		}
+	}
+	return f.Sync()
 }
 
 func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedium, error) {
@@ -75,6 +106,7 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 	}
 	p := probe{path: path}
 	var size int64
+	var fsName string
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFCHR:
 		p.charDevice = true
@@ -90,10 +122,7 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 	case unix.S_IFREG:
 		p.regular = true
 		size = st.Size
-		if opts.Create && size < opts.Size {
-			if err := f.Truncate(opts.Size); err != nil {
-				return nil, fmt.Errorf("pmem: size region file %s: %w", path, err)
-			}
+		if opts.Create {
 			size = opts.Size
 		}
 		var sfs unix.Statfs_t
@@ -101,13 +130,26 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 			return nil, fmt.Errorf("pmem: statfs %s: %w", path, err)
 		}
 		p.volatileFS = sfs.Type == unix.TMPFS_MAGIC || sfs.Type == unix.RAMFS_MAGIC
+		fsName = fileSystemName(sfs.Type)
 	}
 	if !p.charDevice && !p.regular {
 		_, err := decideMode(p, opts.Require)
 		return nil, err
 	}
 	if size <= 0 || int64(int(size)) != size {
-		return nil, fmt.Errorf("%w: %s has size %d: create the region first (octofs format)", ErrGeometry, path, size)
+		return nil, fmt.Errorf("%w: %s has size %d: create the region first (octofs format --pmem %s --size SIZE)", ErrGeometry, path, size, path)
+	}
+	if p.regular && !opts.ReadOnly {
+		if opts.Create {
+			if err := f.Truncate(size); err != nil {
+				return nil, fmt.Errorf("pmem: size region file %s: %w", path, err)
+			}
+		}
+		// Also for an existing file: a sparse one (copied, or made by hand)
+		// would die of SIGBUS when its file system fills up.
+		if err := preallocate(f, size, opts.Create); err != nil {
+			return nil, err
+		}
 	}
 
 	fd := int(f.Fd())
@@ -115,8 +157,10 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 	var buf []byte
 	var err error
 	switch {
-	case opts.Private:
-		buf, err = unix.Mmap(fd, 0, int(size), prot, unix.MAP_PRIVATE)
+	case opts.ReadOnly:
+		// Shared, not private: Linux refuses MAP_PRIVATE for device DAX.
+		// PROT_READ makes sure nothing can be written.
+		buf, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	case p.regular && !p.volatileFS:
 		// The kernel accepts MAP_SYNC only on DAX files; elsewhere it
 		// says EOPNOTSUPP, which is how we tell a plain file from DAX.
@@ -138,17 +182,42 @@ func mapFile(f *os.File, path string, opts FileOptions, sysfs string) (*FileMedi
 		unix.Munmap(buf)
 		return nil, err
 	}
-	dom, instr := mediumPersistence(mode, BestInstruction(), platformEADR(sysfs))
-	if opts.Private {
-		// Copy-on-write: nothing we store reaches the file.
+	dom, instr, err := mediumPersistence(mode, BestInstruction(), platformEADR(sysfs))
+	if err != nil && !opts.ReadOnly {
+		unix.Munmap(buf)
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if opts.ReadOnly {
+		// Nothing is stored, so nothing is flushed.
 		dom, instr = DomainNone, InstrNone
 	}
 	return &FileMedium{
+		mapping: mapping{buf: buf, hw: cpu, info: MediumInfo{Mode: mode, Domain: dom, Instruction: instr, Path: path, FileSystem: fsName, ReadOnly: opts.ReadOnly}},
 		f:       f,
-		buf:     buf,
-		private: opts.Private,
-		info:    MediumInfo{Mode: mode, Domain: dom, Instruction: instr, Path: path, CopyOnWrite: opts.Private},
 	}, nil
+}
+
+// fileSystemName names a statfs magic number.
+func fileSystemName(magic int64) string {
+	switch magic {
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.RAMFS_MAGIC:
+		return "ramfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs"
+	case unix.NFS_SUPER_MAGIC:
+		return "nfs"
+	case unix.FUSE_SUPER_MAGIC:
+		return "fuse"
+	}
+	return fmt.Sprintf("file system %#x", magic)
 }
 
 // isDevDAX reports whether character device maj:min belongs to the dax
@@ -182,47 +251,8 @@ func platformEADR(sysfs string) bool {
 	return true
 }
 
-// Bytes implements Medium.
-func (m *FileMedium) Bytes() []byte { return m.buf }
-
-// Info implements Medium.
-func (m *FileMedium) Info() MediumInfo { return m.info }
-
-// Flush implements Medium. CPU flushes are issued right away; msync is
-// synchronous, so its durability point is the msync call itself and Fence
-// only reports its error.
-func (m *FileMedium) Flush(off, n int) {
-	if n <= 0 || off < 0 || off+n > len(m.buf) {
-		return
-	}
-	switch i := m.info.Instruction; {
-	case i.IsCacheFlush():
-		flushRange(i, unsafe.Pointer(&m.buf[off]), uintptr(n))
-	case i == InstrMsync:
-		page := os.Getpagesize()
-		start := off &^ (page - 1)
-		if err := unix.Msync(m.buf[start:off+n], unix.MS_SYNC); err != nil {
-			m.errMu.Lock()
-			if m.flushErr == nil {
-				m.flushErr = fmt.Errorf("%w: msync %s: %v; check the storage device, then run octoctl fsck", ErrPersist, m.info.Path, err)
-			}
-			m.errMu.Unlock()
-		}
-	}
-}
-
-// Fence implements Medium.
-func (m *FileMedium) Fence() error {
-	fence(m.info.Instruction)
-	if m.info.Instruction != InstrMsync {
-		return nil
-	}
-	m.errMu.Lock()
-	defer m.errMu.Unlock()
-	err := m.flushErr
-	m.flushErr = nil
-	return err
-}
+// msyncSys is the msync system call, synchronous.
+func msyncSys(b []byte) error { return unix.Msync(b, unix.MS_SYNC) }
 
 // Close implements Medium.
 func (m *FileMedium) Close() error {
@@ -238,6 +268,15 @@ func (m *FileMedium) Close() error {
 	return errors.Join(errs...)
 }
 
+// sync makes the file's size and allocation durable (fsync), for a new
+// region before it is given its final name.
+func (m *FileMedium) sync() error {
+	if m.f == nil {
+		return nil
+	}
+	return m.f.Sync()
+}
+
 // NewAnonMedium maps size bytes of anonymous memory: page-aligned and
 // outside the Go heap, like a real region, but volatile.
 func NewAnonMedium(size int) (*FileMedium, error) {
@@ -245,5 +284,43 @@ func NewAnonMedium(size int) (*FileMedium, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pmem: map %d anonymous bytes: %w", size, err)
 	}
-	return &FileMedium{buf: buf, info: MediumInfo{Mode: ModeVolatile, Domain: DomainNone, Instruction: InstrNone}}, nil
+	return &FileMedium{mapping: mapping{buf: buf, hw: cpu, info: MediumInfo{Mode: ModeVolatile, Domain: DomainNone, Instruction: InstrNone}}}, nil
+}
+
+// removeStaleCreate removes what an earlier Create that crashed or was
+// killed left at path (it never held a finished region), unless a Create
+// in another process is using it now.
+func removeStaleCreate(path string) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pmem: %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("%w: %s is being created by another process", ErrBusy, path)
+	}
+	return os.Remove(path)
+}
+
+// linkNew gives the finished region file tmp its name path, failing if
+// path exists, and makes the name durable.
+func linkNew(tmp, path string) error {
+	err := os.Link(tmp, path)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		// File systems without hard links: rename, still refusing to
+		// replace anything.
+		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE)
+	}
+	if err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

@@ -5,7 +5,7 @@ package pmem
 import "fmt"
 
 // FileMedium is unavailable off Linux.
-type FileMedium struct{ MemMedium }
+type FileMedium struct{ mapping }
 
 // OpenFileMedium is unavailable off Linux: mapping files with MAP_SYNC is
 // Linux-only.
@@ -15,5 +15,20 @@ func OpenFileMedium(path string, opts FileOptions) (*FileMedium, error) {
 
 // NewAnonMedium returns volatile memory.
 func NewAnonMedium(size int) (*FileMedium, error) {
-	return &FileMedium{MemMedium{buf: alignedBytes(size)}}, nil
+	return &FileMedium{mapping{buf: alignedBytes(size), hw: cpu, info: MediumInfo{Mode: ModeVolatile, Domain: DomainNone, Instruction: InstrNone}}}, nil
+}
+
+// Close implements Medium.
+func (m *FileMedium) Close() error { return nil }
+
+func (m *FileMedium) sync() error { return nil }
+
+func msyncSys([]byte) error {
+	return fmt.Errorf("%w: msync needs Linux", ErrUnsupported)
+}
+
+func removeStaleCreate(string) error { return nil }
+
+func linkNew(string, string) error {
+	return fmt.Errorf("%w: file-backed regions need Linux", ErrUnsupported)
 }

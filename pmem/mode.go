@@ -79,17 +79,35 @@ func decideMode(p probe, req Requirement) (Mode, error) {
 // mediumPersistence is how a medium in mode m persists: its domain and
 // instruction. best is the CPU's best flush instruction (InstrMsync when
 // there is none); eadr says the platform reports a CPU-cache persistence
-// domain.
-func mediumPersistence(m Mode, best Instruction, eadr bool) (Domain, Instruction) {
+// domain. Device DAX has no msync (the kernel refuses it), so without a
+// cache-flush instruction it cannot be made durable and is refused.
+func mediumPersistence(m Mode, best Instruction, eadr bool) (Domain, Instruction, error) {
 	switch m {
 	case ModeFile:
-		return DomainStorage, InstrMsync
-	case ModeFSDAX, ModeDevDAX:
+		return DomainStorage, InstrMsync, nil
+	case ModeDevDAX, ModeFSDAX:
 		d := DomainMemoryController
 		if eadr {
 			d = DomainCPUCache
 		}
-		return d, best
+		if m == ModeDevDAX && !best.IsCacheFlush() {
+			return d, InstrNone, fmt.Errorf("%w: device DAX can only be made durable with a CPU cache-flush instruction and this build has none for this architecture (device DAX refuses msync); use a file on a file system mounted with -o dax, which is persisted with msync here", ErrUnsupported)
+		}
+		return d, best, nil
 	}
-	return DomainNone, InstrNone
+	return DomainNone, InstrNone, nil
+}
+
+// ParseRequirement reads a requirement as operators write it: none,
+// durable or pmem.
+func ParseRequirement(s string) (Requirement, error) {
+	switch s {
+	case "", "none", "nothing":
+		return RequireNothing, nil
+	case "durable":
+		return RequireDurable, nil
+	case "pmem":
+		return RequirePmem, nil
+	}
+	return 0, fmt.Errorf("%w: requirement %q: use none, durable or pmem", ErrUnsupported, s)
 }

@@ -51,16 +51,19 @@ func TestMediumPersistence(t *testing.T) {
 		eadr     bool
 		wantDom  Domain
 		wantInst Instruction
+		wantErr  error
 	}{
-		"plain file uses msync":    {ModeFile, InstrCLWB, false, DomainStorage, InstrMsync},
-		"fsdax uses the cpu flush": {ModeFSDAX, InstrCLWB, false, DomainMemoryController, InstrCLWB},
-		"devdax on eADR":           {ModeDevDAX, InstrCLFLUSHOPT, true, DomainCPUCache, InstrCLFLUSHOPT},
-		"dax without flush insns":  {ModeDevDAX, InstrMsync, false, DomainMemoryController, InstrMsync},
-		"volatile flushes nothing": {ModeVolatile, InstrCLWB, false, DomainNone, InstrNone},
+		"plain file uses msync":                 {ModeFile, InstrCLWB, false, DomainStorage, InstrMsync, nil},
+		"fsdax uses the cpu flush":              {ModeFSDAX, InstrCLWB, false, DomainMemoryController, InstrCLWB, nil},
+		"devdax on eADR":                        {ModeDevDAX, InstrCLFLUSHOPT, true, DomainCPUCache, InstrCLFLUSHOPT, nil},
+		"fsdax without flush insns uses msync":  {ModeFSDAX, InstrMsync, false, DomainMemoryController, InstrMsync, nil},
+		"devdax without flush insns is refused": {ModeDevDAX, InstrMsync, false, DomainMemoryController, InstrNone, ErrUnsupported},
+		"volatile flushes nothing":              {ModeVolatile, InstrCLWB, false, DomainNone, InstrNone, nil},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			d, i := mediumPersistence(tc.mode, tc.best, tc.eadr)
+			d, i, err := mediumPersistence(tc.mode, tc.best, tc.eadr)
+			require.ErrorIs(t, err, tc.wantErr)
 			require.Equal(t, tc.wantDom, d)
 			require.Equal(t, tc.wantInst, i)
 		})

@@ -30,6 +30,14 @@ func (e Extent) String() string { return fmt.Sprintf("blocks [%d,%d)", e.Start, 
 // `extent count` of them in use and the rest zero, then the payload.
 const recordMagic = 0x5245 // "RE"
 
+// KindQuarantined is the kind fsck --repair gives a record whose header
+// was damaged: it keeps the blocks the record may own and its payload, so
+// that repair never frees live data, until someone who knows the record
+// (the upper layer, or an operator with octoctl fsck --repair
+// --release-quarantined) decides.
+// AllocRecord refuses it.
+const KindQuarantined uint16 = 0xffff
+
 // recordHeader is a decoded record header.
 type recordHeader struct {
 	Kind    uint16

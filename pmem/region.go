@@ -4,16 +4,17 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/bits"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/octofs/octofs/pmem/alloc"
 )
 
 // Options configure opening a region.
@@ -27,8 +28,11 @@ type Options struct {
 	ExpectCluster UUID
 	// ExpectNode, when set, refuses a region of another node.
 	ExpectNode uint64
-	// ReadOnly refuses transactions and identity changes. Recovery still
-	// runs, in memory; open the file Private to keep it off the medium.
+	// ReadOnly refuses transactions and identity changes and never writes
+	// the medium: recovery (superblock repair, replaying committed
+	// transactions) happens in memory only, visible through Load8, Root,
+	// Record, Records and Check but not through Bytes, Payload or
+	// ExtentBytes, which show the medium as it is.
 	ReadOnly bool
 	// DiscardCorruptLog drops committed log slots that fail their checks
 	// instead of refusing to open (fsck --repair). Their updates are lost.
@@ -40,9 +44,13 @@ type FormatOptions struct {
 	BlockSize   uint32 // default 4096
 	RecordSize  uint32 // default 256
 	ExtentSlots uint32 // extents per record, default 4
-	LogSlots    uint32 // concurrent transactions, default 64
-	LogSlotSize uint32 // default 4096 (252 logged words per transaction)
-	NumRecords  uint64 // default one per 4 data blocks
+	// LogSlots is how many transactions can be in flight at once; default
+	// 16, fewer on regions too small to give the log an eighth of them.
+	LogSlots uint32
+	// LogSlotSize bounds one transaction; default 128 KiB (64 KiB of
+	// logged writes with room to spare), smaller on small regions.
+	LogSlotSize uint32
+	NumRecords  uint64 // default one per 16 data blocks
 	RegionUUID  UUID   // default random
 	ClusterUUID UUID
 	NodeID      uint64
@@ -51,6 +59,12 @@ type FormatOptions struct {
 	// Rand supplies the region UUID; default crypto/rand.
 	Rand io.Reader
 }
+
+// Default geometry.
+const (
+	DefaultLogSlots    = 16
+	DefaultLogSlotSize = 128 << 10
+)
 
 // RecoveryInfo says what opening the region had to do.
 type RecoveryInfo struct {
@@ -72,6 +86,8 @@ type Stats struct {
 	Blocks      uint64 `json:"blocks"`
 	BlocksUsed  uint64 `json:"blocks_used"`
 	BlockSize   uint32 `json:"block_size"`
+	// LongestFreeRun is the largest extent AllocExtent can hand out now.
+	LongestFreeRun uint64 `json:"longest_free_run"`
 }
 
 // Region is an open persistent-memory region. Its methods are safe for
@@ -85,6 +101,10 @@ type Region struct {
 	logger *slog.Logger
 	opts   Options
 	geo    Geometry // immutable after open
+	// ro holds the words recovery changed when the region may not write
+	// its medium (Options.ReadOnly or a read-only mapping). It is written
+	// only while opening, then read.
+	ro map[uint64]uint64
 
 	sbMu sync.Mutex
 	sb   Superblock
@@ -92,8 +112,10 @@ type Region struct {
 	slots chan int      // free redo-log slots
 	seq   atomic.Uint64 // last commit sequence number handed out
 
+	// allocMu guards the volatile allocator indexes. Each call holds it
+	// for one search or update of a summary tree: microseconds.
 	allocMu          sync.Mutex
-	recUsed, blkUsed bitset // allocated or reserved
+	recs, blks       *alloc.Tree // allocated or reserved
 	recHint, blkHint uint64
 
 	failed   atomic.Pointer[error]
@@ -108,25 +130,10 @@ func discardLogger(l *slog.Logger) *slog.Logger {
 	return l
 }
 
-// Create creates (or overwrites) a region file of size bytes at path and
-// formats it. It refuses paths that do not meet o.Require.
-func Create(path string, size int64, fo FormatOptions, o Options) (*Region, error) {
-	m, err := OpenFileMedium(path, FileOptions{Require: o.Require, Create: true, Size: size})
-	if err != nil {
-		return nil, err
-	}
-	r, err := Format(m, fo, o)
-	if err != nil {
-		m.Close()
-		return nil, err
-	}
-	return r, nil
-}
-
 // Open opens an existing region file or device, recovers it and checks
 // its identity against o.
 func Open(path string, o Options) (*Region, error) {
-	m, err := OpenFileMedium(path, FileOptions{Require: o.Require})
+	m, err := OpenFileMedium(path, FileOptions{Require: o.Require, ReadOnly: o.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
@@ -139,9 +146,18 @@ func Open(path string, o Options) (*Region, error) {
 }
 
 // Format writes a fresh, empty region onto m, destroying what it held,
-// and opens it.
-func Format(m Medium, fo FormatOptions, o Options) (*Region, error) {
+// and opens it. A crash while formatting leaves either what m held
+// before, or a medium that does not open as a region (ErrNotFormatted or
+// ErrBadMagic: format it again), or the new empty region: the old
+// superblocks are invalidated first and the new ones written last.
+func Format(m Medium, fo FormatOptions, o Options) (r *Region, err error) {
 	buf := m.Bytes()
+	if m.Info().ReadOnly || o.ReadOnly {
+		return nil, fmt.Errorf("%w: cannot format a read-only region", ErrReadOnly)
+	}
+	if len(buf) == 0 || uintptr(unsafe.Pointer(&buf[0]))%8 != 0 {
+		return nil, fmt.Errorf("%w: medium is empty or not 8-byte aligned", ErrUnsupported)
+	}
 	g, err := formatGeometry(uint64(len(buf)), fo)
 	if err != nil {
 		return nil, err
@@ -168,31 +184,39 @@ func Format(m Medium, fo FormatOptions, o Options) (*Region, error) {
 		sb.RegionUUID[6] = sb.RegionUUID[6]&0x0f | 0x40 // version 4
 		sb.RegionUUID[8] = sb.RegionUUID[8]&0x3f | 0x80 // RFC 4122 variant
 	}
-	r := &Region{m: m, buf: buf, geo: g}
+	r = &Region{m: m, buf: buf, geo: g, info: m.Info(), logger: discardLogger(o.Logger)}
 	r.obs, _ = m.(StoreObserver)
-	// Zero the superblocks first so a crash while formatting leaves a
-	// region that says "not formatted" rather than a half-written one.
-	r.zero(0, rootsOff)
-	if err := r.persist(0, rootsOff); err != nil {
-		return nil, err
+	defer r.guardWrite(&err, debug.SetPanicOnFault(true))
+	// Invalidate the old superblocks first, each with one failure-atomic
+	// store of its magic word, so that a crash while formatting leaves
+	// either the old region untouched or one no copy of which opens;
+	// then clear everything else before the new superblocks go in.
+	for _, off := range []uint64{0, superblockSlot} {
+		r.store8(off, 0)
+		if err := r.persist(off, 8); err != nil {
+			return nil, err
+		}
 	}
 	r.zero(rootsOff, g.recordsEnd()-rootsOff)
 	if err := r.persist(rootsOff, g.recordsEnd()-rootsOff); err != nil {
 		return nil, err
 	}
-	enc := sb.Encode()
+	// Each new copy (with the rest of its 4 KiB slot cleared) goes in
+	// magic last, so that a torn copy never has a magic (and then a
+	// misleading version).
+	slot := make([]byte, superblockSlot)
+	copy(slot, sb.Encode())
 	for _, off := range []uint64{superblockSlot, 0} {
-		r.storeBytes(off, enc)
-		if err := r.persist(off, superblockSize); err != nil {
+		r.storeBytes(off+8, slot[8:])
+		if err := r.persist(off+8, superblockSlot-8); err != nil {
+			return nil, err
+		}
+		r.storeBytes(off, slot[:8])
+		if err := r.persist(off, 8); err != nil {
 			return nil, err
 		}
 	}
 	return Attach(m, o)
-}
-
-func (r *Region) zero(off, n uint64) {
-	clear(r.buf[off : off+n])
-	r.observe(off, n)
 }
 
 // formatGeometry chooses the geometry for a region of size bytes.
@@ -202,12 +226,20 @@ func formatGeometry(size uint64, fo FormatOptions) (Geometry, error) {
 		BlockSize:   cmp.Or(fo.BlockSize, 4096),
 		RecordSize:  cmp.Or(fo.RecordSize, 256),
 		ExtentSlots: cmp.Or(fo.ExtentSlots, 4),
-		LogSlots:    cmp.Or(fo.LogSlots, 64),
-		LogSlotSize: cmp.Or(fo.LogSlotSize, 4096),
+		LogSlots:    cmp.Or(fo.LogSlots, DefaultLogSlots),
+		LogSlotSize: cmp.Or(fo.LogSlotSize, DefaultLogSlotSize),
 		NumRecords:  fo.NumRecords,
 	}
 	if size < MinRegionSize {
 		return g, fmt.Errorf("%w: region of %d bytes is smaller than the minimum %d", ErrGeometry, size, MinRegionSize)
+	}
+	// Defaults shrink on small regions so that the log takes at most an
+	// eighth: first fewer slots (down to 4), then smaller ones.
+	for fo.LogSlots == 0 && g.LogSlots > 4 && uint64(g.LogSlots)*uint64(g.LogSlotSize) > size/8 {
+		g.LogSlots /= 2
+	}
+	for fo.LogSlotSize == 0 && g.LogSlotSize > 2048 && uint64(g.LogSlots)*uint64(g.LogSlotSize) > size/8 {
+		g.LogSlotSize /= 2
 	}
 	// Validate everything but the counts with an empty layout first.
 	base, err := layout(g)
@@ -215,7 +247,7 @@ func formatGeometry(size uint64, fo FormatOptions) (Geometry, error) {
 		return g, err
 	}
 	if g.NumRecords == 0 {
-		g.NumRecords = max(16, (size-base.DataOff)/(4*uint64(g.BlockSize)+uint64(g.RecordSize)))
+		g.NumRecords = max(16, (size-base.DataOff)/(16*uint64(g.BlockSize)+uint64(g.RecordSize)))
 	}
 	if base, err = layout(g); err != nil {
 		return g, err
@@ -241,8 +273,9 @@ func formatGeometry(size uint64, fo FormatOptions) (Geometry, error) {
 
 // Attach opens the region already on m: it picks the superblock, repairs
 // a damaged or stale copy, replays committed transactions, discards
-// uncommitted ones and rebuilds the allocators' indexes.
-func Attach(m Medium, o Options) (*Region, error) {
+// uncommitted ones and rebuilds the allocators' indexes. A media error
+// while doing so is an error (ErrMedia), not a crash.
+func Attach(m Medium, o Options) (r *Region, err error) {
 	buf := m.Bytes()
 	if len(buf) < MinRegionSize {
 		return nil, fmt.Errorf("%w: medium of %d bytes is smaller than a region (%d)", ErrGeometry, len(buf), MinRegionSize)
@@ -250,8 +283,12 @@ func Attach(m Medium, o Options) (*Region, error) {
 	if uintptr(unsafe.Pointer(&buf[0]))%8 != 0 {
 		return nil, fmt.Errorf("%w: medium is not 8-byte aligned", ErrUnsupported)
 	}
-	r := &Region{m: m, buf: buf, info: m.Info(), logger: discardLogger(o.Logger), opts: o}
+	r = &Region{m: m, buf: buf, info: m.Info(), logger: discardLogger(o.Logger), opts: o}
 	r.obs, _ = m.(StoreObserver)
+	if o.ReadOnly || r.info.ReadOnly {
+		r.ro = make(map[uint64]uint64)
+	}
+	defer r.guardRead(&err, debug.SetPanicOnFault(true))
 	a, errA := DecodeSuperblock(buf[0:superblockSlot])
 	b, errB := DecodeSuperblock(buf[superblockSlot : 2*superblockSlot])
 	sb, from, fixOther, err := pickSuperblock(a, b, errA, errB)
@@ -304,7 +341,9 @@ func (r *Region) writeSuperblockCopy(copyIdx int, sb Superblock) error {
 	return r.persist(off, superblockSize)
 }
 
-// recoverLog replays committed slots in seq order and clears them.
+// recoverLog replays committed slots in seq order and clears them. The
+// replayed words are durable before any slot is cleared, so a crash
+// during recovery leaves the slots to replay again.
 func (r *Region) recoverLog() error {
 	g := r.geo
 	type found struct {
@@ -338,22 +377,23 @@ func (r *Region) recoverLog() error {
 		return nil
 	}
 	slices.SortFunc(committed, func(a, b found) int { return cmp.Compare(a.s.seq, b.s.seq) })
-	var touched []uint64
+	var touched spans
 	for _, c := range committed {
 		for _, e := range c.s.entries {
 			r.applyEntry(e)
-			touched = append(touched, e.off)
+			touched.add(r.entrySpan(e))
 		}
 	}
-	if err := r.persistWords(touched); err != nil {
+	if err := r.persistSpans(touched); err != nil {
 		return err
 	}
+	var errs flushErrs
 	for _, i := range clearSlots {
 		r.store8(g.slotOff(i), 0)
-		r.m.Flush(int(g.slotOff(i)), 8)
+		errs.add(r.flush(g.slotOff(i), 8))
 	}
-	if err := r.fence(); err != nil {
-		return err
+	if errs.add(r.fence()) != nil {
+		return errs.err
 	}
 	r.recovery.Replayed = len(committed)
 	if len(committed) > 0 {
@@ -366,25 +406,19 @@ func (r *Region) recoverLog() error {
 // persistent bitmaps.
 func (r *Region) rebuildIndexes() {
 	g := r.geo
+	load := func(off, n uint64) []uint64 {
+		w := make([]uint64, (n+63)/64)
+		for i := range w {
+			w[i] = r.load8(off + 8*uint64(i))
+		}
+		return w
+	}
+	recs, blks := alloc.NewTree(g.NumRecords), alloc.NewTree(g.NumBlocks)
+	recs.Load(load(g.RecBitmapOff, g.NumRecords))
+	blks.Load(load(g.BlkBitmapOff, g.NumBlocks))
 	r.allocMu.Lock()
-	defer r.allocMu.Unlock()
-	r.recUsed = newBitset(g.NumRecords)
-	for i := range r.recUsed.w {
-		r.recUsed.w[i] = r.load8(g.RecBitmapOff + 8*uint64(i))
-	}
-	r.blkUsed = newBitset(g.NumBlocks)
-	for i := range r.blkUsed.w {
-		r.blkUsed.w[i] = r.load8(g.BlkBitmapOff + 8*uint64(i))
-	}
-	// Bits past the end of a map are not real entries; fsck reports them.
-	maskTail(&r.recUsed)
-	maskTail(&r.blkUsed)
-}
-
-func maskTail(b *bitset) {
-	if rem := b.n % 64; rem != 0 && len(b.w) > 0 {
-		b.w[len(b.w)-1] &= 1<<rem - 1
-	}
+	r.recs, r.blks = recs, blks
+	r.allocMu.Unlock()
 }
 
 // Close releases the region. Transactions must be finished first.
@@ -397,7 +431,9 @@ func (r *Region) Close() error {
 
 // Bytes is the whole mapped region: one stable slice for the life of the
 // Region, which the RDMA layer registers as a memory region. Stores made
-// through it are not logged; make them durable with Persist.
+// through it are not logged; make them durable with Persist. A read or
+// write of a poisoned or vanished page through it faults: wrap such
+// access in Guarded to get an error instead.
 func (r *Region) Bytes() []byte { return r.buf }
 
 // Info says what backs the region, its persistence domain and the flush
@@ -422,21 +458,22 @@ func (r *Region) Stats() Stats {
 	r.allocMu.Lock()
 	defer r.allocMu.Unlock()
 	return Stats{
-		Records: r.geo.NumRecords, RecordsUsed: r.recUsed.count(),
-		Blocks: r.geo.NumBlocks, BlocksUsed: r.blkUsed.count(),
-		BlockSize: r.geo.BlockSize,
+		Records: r.geo.NumRecords, RecordsUsed: r.recs.Used(),
+		Blocks: r.geo.NumBlocks, BlocksUsed: r.blks.Used(),
+		BlockSize: r.geo.BlockSize, LongestFreeRun: r.blks.Longest(),
 	}
 }
 
 // SetIdentity records the cluster and node this region belongs to. It
 // rewrites the superblock copies one after the other, so a crash leaves
 // at least one valid copy, old or new.
-func (r *Region) SetIdentity(cluster UUID, node uint64) error {
+func (r *Region) SetIdentity(cluster UUID, node uint64) (err error) {
 	if err := r.usable(); err != nil {
 		return err
 	}
 	r.sbMu.Lock()
 	defer r.sbMu.Unlock()
+	defer r.guardWrite(&err, debug.SetPanicOnFault(true))
 	sb := r.sb
 	sb.ClusterUUID, sb.NodeID = cluster, node
 	sb.Seq++
@@ -446,6 +483,9 @@ func (r *Region) SetIdentity(cluster UUID, node uint64) error {
 			return err
 		}
 	}
+	if err := r.failure(); err != nil {
+		return err
+	}
 	r.sb = sb
 	return nil
 }
@@ -454,9 +494,14 @@ func (r *Region) usable() error {
 	switch {
 	case r.closed.Load():
 		return ErrClosed
-	case r.opts.ReadOnly:
+	case r.ro != nil:
 		return ErrReadOnly
 	}
+	return r.failure()
+}
+
+// failure is the error that failed the region, nil while it is healthy.
+func (r *Region) failure() error {
 	if p := r.failed.Load(); p != nil {
 		return fmt.Errorf("pmem: region failed earlier, reopen it to recover: %w", *p)
 	}
@@ -464,250 +509,6 @@ func (r *Region) usable() error {
 }
 
 func (r *Region) fail(err error) { r.failed.CompareAndSwap(nil, &err) }
-
-// Low-level access. Every store goes through store8/storeBytes so the
-// tracking medium sees it.
-
-func (r *Region) word(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.buf[off])) }
-
-func (r *Region) load8(off uint64) uint64 { return atomic.LoadUint64(r.word(off)) }
-
-func (r *Region) store8(off, v uint64) {
-	atomic.StoreUint64(r.word(off), v)
-	r.observe(off, 8)
-}
-
-func (r *Region) storeBytes(off uint64, p []byte) {
-	copy(r.buf[off:off+uint64(len(p))], p)
-	r.observe(off, uint64(len(p)))
-}
-
-func (r *Region) observe(off, n uint64) {
-	if r.obs != nil {
-		r.obs.Stored(int(off), int(n))
-	}
-}
-
-func (r *Region) applyEntry(e logEntry) {
-	w := r.word(e.off)
-	switch e.op {
-	case opSet:
-		atomic.StoreUint64(w, e.val)
-	case opOr:
-		atomic.OrUint64(w, e.val)
-	case opAndNot:
-		atomic.AndUint64(w, ^e.val)
-	}
-	r.observe(e.off, 8)
-}
-
-func (r *Region) fence() error {
-	if err := r.m.Fence(); err != nil {
-		r.fail(err)
-		return err
-	}
-	return nil
-}
-
-// persist flushes [off, off+n) and fences.
-func (r *Region) persist(off, n uint64) error {
-	r.m.Flush(int(off), int(n))
-	return r.fence()
-}
-
-// persistWords flushes the lines holding the given words, coalescing
-// neighbours (msync is a system call per range), and fences.
-func (r *Region) persistWords(offs []uint64) error {
-	if len(offs) == 0 {
-		return nil
-	}
-	slices.Sort(offs)
-	const gap = 256
-	start, end := offs[0], offs[0]+8
-	for _, o := range offs[1:] {
-		if o <= end+gap {
-			end = max(end, o+8)
-			continue
-		}
-		r.m.Flush(int(start), int(end-start))
-		start, end = o, o+8
-	}
-	r.m.Flush(int(start), int(end-start))
-	return r.fence()
-}
-
-// Load8 atomically reads the 8-byte word at off. It panics if off is
-// misaligned or outside the region, like an out-of-range slice index.
-func (r *Region) Load8(off uint64) uint64 {
-	if off%8 != 0 || off+8 > uint64(len(r.buf)) {
-		panic(fmt.Sprintf("pmem: Load8 at %#x: misaligned or outside the %d-byte region", off, len(r.buf)))
-	}
-	return r.load8(off)
-}
-
-// Store8 is the failure-atomic single-word update: it stores v at off
-// (an 8-byte aligned word in a record payload, a data block or the
-// roots), flushes and fences. After a crash the word holds the old or the
-// new value, never a mix. Use it for pointers; use a transaction when
-// several words must change together.
-func (r *Region) Store8(off, v uint64) error {
-	if err := r.usable(); err != nil {
-		return err
-	}
-	if err := r.checkUser(off, 8); err != nil {
-		return err
-	}
-	r.store8(off, v)
-	return r.persist(off, 8)
-}
-
-// Persist makes [off, off+n) durable after direct stores through Bytes()
-// (e.g. data written into blocks, or by RDMA).
-func (r *Region) Persist(off, n uint64) error {
-	if err := r.usable(); err != nil {
-		return err
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := r.checkUser(off, n); err != nil {
-		return err
-	}
-	// A tracking medium snapshots the flushed lines, so these untracked
-	// stores reach its crash model through the flush.
-	return r.persist(off, n)
-}
-
-// checkUser reports whether [off, off+n) lies wholly inside one area the
-// caller may write: the roots, one record's payload, or the data blocks.
-func (r *Region) checkUser(off, n uint64) error {
-	g := r.geo
-	end := off + n
-	if n == 0 || end < off {
-		return fmt.Errorf("%w: empty or wrapping range at %#x", ErrBadAddress, off)
-	}
-	switch {
-	case off >= g.RootsOff && end <= g.RootsOff+rootsBytes:
-		return nil
-	case off >= g.DataOff && end <= g.dataEnd():
-		return nil
-	case off >= g.RecordOff && end <= g.recordsEnd():
-		rel := off - g.RecordOff
-		in := rel % uint64(g.RecordSize)
-		if in >= g.PayloadOffset() && in+n <= uint64(g.RecordSize) {
-			return nil
-		}
-	}
-	return fmt.Errorf("%w: [%#x,%#x) is not inside the roots, one record's payload or the data blocks", ErrBadAddress, off, end)
-}
-
-// recordOff is where record id starts; id must be valid.
-func (r *Region) recordOff(id RecordID) uint64 {
-	return r.geo.RecordOff + (uint64(id)-1)*uint64(r.geo.RecordSize)
-}
-
-func (r *Region) checkID(id RecordID) error {
-	if id == 0 || uint64(id) > r.geo.NumRecords {
-		return fmt.Errorf("%w: record %d outside [1, %d]", ErrBadAddress, id, r.geo.NumRecords)
-	}
-	return nil
-}
-
-// readHeader decodes record id's header through load (the region, or a
-// transaction's view of it).
-func (r *Region) readHeader(id RecordID, load func(uint64) uint64) (recordHeader, error) {
-	g := r.geo
-	off := r.recordOff(id)
-	raw := make([]byte, g.PayloadOffset())
-	for i := uint64(0); i < g.PayloadOffset(); i += 8 {
-		binary.LittleEndian.PutUint64(raw[i:], load(off+i))
-	}
-	h, err := decodeRecordHeader(raw, g.ExtentSlots, g.NumBlocks)
-	if err != nil {
-		return h, fmt.Errorf("record %d: %w", id, err)
-	}
-	return h, nil
-}
-
-// Record returns record id's header. ErrBadAddress if the id is out of
-// range; a free record has Kind 0.
-func (r *Region) Record(id RecordID) (Record, error) {
-	if err := r.checkID(id); err != nil {
-		return Record{}, err
-	}
-	h, err := r.readHeader(id, r.load8)
-	if err != nil {
-		return Record{}, err
-	}
-	return Record{
-		ID: id, Kind: h.Kind, Gen: h.Gen, Extents: h.Extents,
-		PayloadOff: r.recordOff(id) + r.geo.PayloadOffset(),
-		PayloadLen: r.geo.PayloadSize(),
-	}, nil
-}
-
-// Payload is record id's caller-owned bytes, a window of Bytes().
-func (r *Region) Payload(id RecordID) ([]byte, error) {
-	if err := r.checkID(id); err != nil {
-		return nil, err
-	}
-	off := r.recordOff(id) + r.geo.PayloadOffset()
-	return r.buf[off : off+r.geo.PayloadSize() : off+r.geo.PayloadSize()], nil
-}
-
-// ExtentOffset is where extent e's bytes start in the region.
-func (r *Region) ExtentOffset(e Extent) uint64 {
-	return r.geo.DataOff + e.Start*uint64(r.geo.BlockSize)
-}
-
-// ExtentBytes is extent e's bytes, a window of Bytes().
-func (r *Region) ExtentBytes(e Extent) ([]byte, error) {
-	if e.Count == 0 || e.Start >= r.geo.NumBlocks || e.Count > r.geo.NumBlocks-e.Start {
-		return nil, fmt.Errorf("%w: %v outside the %d data blocks", ErrBadAddress, e, r.geo.NumBlocks)
-	}
-	off := r.ExtentOffset(e)
-	n := e.Count * uint64(r.geo.BlockSize)
-	return r.buf[off : off+n : off+n], nil
-}
-
-// Root returns root word i (0 <= i < NumRoots).
-func (r *Region) Root(i int) uint64 {
-	if i < 0 || i >= NumRoots {
-		panic(fmt.Sprintf("pmem: root %d outside [0, %d)", i, NumRoots))
-	}
-	return r.load8(r.geo.RootsOff + 8*uint64(i))
-}
-
-// RootOffset is the region offset of root word i.
-func (r *Region) RootOffset(i int) uint64 { return r.geo.RootsOff + 8*uint64(i) }
-
-// Records calls fn for every allocated record, in id order, until fn
-// returns false. Upper layers use it to rebuild their volatile indexes.
-func (r *Region) Records(fn func(Record) bool) error {
-	g := r.geo
-	for w := uint64(0); w < (g.NumRecords+63)/64; w++ {
-		bitsW := r.load8(g.RecBitmapOff + 8*w)
-		for bitsW != 0 {
-			b := uint64(bits.TrailingZeros64(bitsW))
-			bitsW &= bitsW - 1
-			idx := w*64 + b
-			if idx >= g.NumRecords {
-				break
-			}
-			rec, err := r.Record(RecordID(idx + 1))
-			if err != nil {
-				return err
-			}
-			if rec.Kind == 0 {
-				return fmt.Errorf("%w: record %d is marked allocated but its header is free: run octoctl fsck", ErrRecordCorrupt, idx+1)
-			}
-			if !fn(rec) {
-				return nil
-			}
-		}
-	}
-	return nil
-}
 
 // Begin starts a transaction, waiting for a free redo-log slot until ctx
 // is done.
@@ -717,7 +518,10 @@ func (r *Region) Begin(ctx context.Context) (*Tx, error) {
 	}
 	select {
 	case slot := <-r.slots:
-		return &Tx{r: r, slot: slot, setIdx: make(map[uint64]int)}, nil
+		return &Tx{
+			r: r, slot: slot,
+			setIdx: make(map[uint64]int), bitIdx: make(map[uint64]int), words: make(map[uint64]uint64),
+		}, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("pmem: waiting for a redo-log slot: %w", ctx.Err())
 	}

@@ -116,7 +116,7 @@ func TestOpenRefusals(t *testing.T) {
 				}
 				return b
 			},
-			wantErr: ErrVersion, advice: "run an octofs release that reads version 2",
+			wantErr: ErrVersion, advice: fmt.Sprintf("run an octofs release that reads version %d", FormatVersion+1),
 		},
 		"both copies torn": {
 			mangle:  func(b []byte) []byte { b[70]++; b[superblockSlot+70]++; return b },

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -252,4 +253,126 @@ func killChildWorker(r *pmem.Region, g int, out *sync.Mutex) error {
 		out.Unlock()
 	}
 	return nil
+}
+
+const deleteChildEnv = "OCTOFS_PMEM_DELETE_CHILD"
+
+// TestSIGKILLDeleteLargeFile: a child process on a real 1 GiB region file
+// (4 KiB blocks) creates and deletes a 1 GiB file — a record owning 16
+// extents of 16,384 blocks — over and over; the parent SIGKILLs it at a
+// random moment after it announces a deletion, reopens the region and
+// requires the file whole or gone, fsck clean, nothing leaked.
+func TestSIGKILLDeleteLargeFile(t *testing.T) {
+	if path := os.Getenv(deleteChildEnv); path != "" {
+		runDeleteChild(path)
+		os.Exit(0)
+	}
+	if testing.Short() {
+		t.Skip("skipping: needs a 1 GiB region file")
+	}
+	seed := testSeed(t)
+	path := filepath.Join(t.TempDir(), "region")
+	r, err := pmem.Create(path, fileBlocks*4096+(32<<20), pmem.FormatOptions{RecordSize: 512, ExtentSlots: filePools, NumRecords: 64}, pmem.Options{})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, r.Geometry().NumBlocks, uint64(fileBlocks))
+	require.NoError(t, r.Close())
+	rng := rand.New(rand.NewPCG(seed, 9))
+	outcomes := map[string]int{}
+	const rounds = 16
+	for round := range rounds {
+		delay := time.Duration(rng.Int64N(int64(3 * time.Millisecond)))
+		killChildAfter(t, path, "deleting", 1+round%3, delay)
+		r, err := pmem.Open(path, pmem.Options{})
+		require.NoError(t, err, "recovery after SIGKILL (round %d)", round)
+		state, err := fileState(r)
+		require.NoError(t, err, "round %d", round)
+		rep := pmem.Check(r)
+		require.True(t, rep.Clean(), "fsck after SIGKILL:\n%s", rep)
+		outcomes[state]++
+		t.Logf("round %d: killed %v after a deletion began; recovery replayed %d transaction(s); the file is %s", round, delay, rep.Recovery.Replayed, state)
+		require.NoError(t, r.Close())
+	}
+	t.Logf("%d kills during deletions of a 1 GiB file: %v, never partial", rounds, outcomes)
+}
+
+// killChildAfter starts the delete child, waits for its n-th line
+// starting with word, waits delay more and SIGKILLs it.
+func killChildAfter(t *testing.T, path, word string, n int, delay time.Duration) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSIGKILLDeleteLargeFile$", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), deleteChildEnv+"="+path)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	var once sync.Once
+	reap := func() {
+		once.Do(func() {
+			_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(reap) // the child never outlives the test, even on failure
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	deadline := time.NewTimer(2 * time.Minute)
+	defer deadline.Stop()
+	for seen := 0; seen < n; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				reap()
+				t.Fatalf("child exited before it was killed: %s", stderr.String())
+			}
+			if strings.HasPrefix(l, word) {
+				seen++
+			}
+		case <-deadline.C:
+			reap()
+			t.Fatalf("child said %q only %d times in 2 minutes: %s", word, n, stderr.String())
+		}
+	}
+	kill := time.NewTimer(delay) // a random moment, not a condition
+	<-kill.C
+	require.NoError(t, syscall.Kill(cmd.Process.Pid, syscall.SIGKILL))
+	err = cmd.Wait()
+	once.Do(func() {})
+	var exit *exec.ExitError
+	require.True(t, errors.As(err, &exit), "child: %v", err)
+	ws, _ := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ws.Signaled() && ws.Signal() == syscall.SIGKILL, "child ended with %v, not SIGKILL: %s", err, stderr.String())
+	for range lines { // drain what the child wrote before dying
+	}
+}
+
+// runDeleteChild creates and deletes the file until it is killed.
+func runDeleteChild(path string) {
+	ctx := context.Background()
+	r, err := pmem.Open(path, pmem.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child open:", err)
+		os.Exit(2)
+	}
+	for i := range 10000 {
+		id := pmem.RecordID(r.Root(fileRootSlot))
+		if id == 0 {
+			if id, err = createFile(ctx, r, uint64(os.Getpid())<<16|uint64(i)); err != nil {
+				fmt.Fprintln(os.Stderr, "child create:", err)
+				os.Exit(3)
+			}
+		}
+		os.Stdout.WriteString("deleting " + strconv.Itoa(i) + "\n")
+		if err := deleteFile(ctx, r, id); err != nil {
+			fmt.Fprintln(os.Stderr, "child delete:", err)
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("deleted " + strconv.Itoa(i) + "\n")
+	}
 }

@@ -3,21 +3,31 @@ package pmem
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime/debug"
 	"slices"
 )
 
-// Tx is a failure-atomic transaction: the 8-byte-aligned writes it logs,
-// and the allocations and frees it makes, all become durable at Commit or
-// none does. A Tx belongs to one goroutine. Always finish it with Commit
-// or Abort (Abort after Commit is a no-op, so `defer tx.Abort()` is the
+// Tx is a failure-atomic transaction: the writes it logs, and the
+// allocations and frees it makes, all become durable at Commit or none
+// does. A Tx belongs to one goroutine. Always finish it with Commit or
+// Abort (Abort after Commit is a no-op, so `defer tx.Abort()` is the
 // idiom).
+//
+// Its size is bounded by one redo-log slot (Room): a word update costs 16
+// bytes, a Write of n bytes 16 + n rounded up to 8, allocating or freeing
+// an extent of any length one 16-byte range entry plus its record's
+// header words.
 type Tx struct {
 	r       *Region
 	slot    int
 	entries []logEntry
-	setIdx  map[uint64]int // word offset -> its SET entry, so a rewrite replaces it
-	fresh   []span         // bytes allocated by this tx: WriteFresh may target them
-	dirty   []span         // bytes written in place, flushed before the log
+	size    int            // encoded bytes of the entries
+	setIdx  map[uint64]int // word offset -> its set entry, so a rewrite replaces it
+	bitIdx  map[uint64]int // bitmap word -> its last or/andnot entry, to merge into
+	words   map[uint64]uint64
+	writes  []int  // indices of write entries
+	fresh   []span // bytes allocated by this tx: WriteFresh may target them
+	dirty   []span // bytes written in place, flushed before the log
 	// onAbort undoes volatile reservations; onApplied returns freed
 	// records and blocks to the volatile pool once the frees are durable
 	// (not earlier, or another transaction could reuse them while this one
@@ -32,11 +42,15 @@ type span struct{ off, n uint64 }
 
 func (s span) contains(off, n uint64) bool { return off >= s.off && off+n <= s.off+s.n }
 
-// Len is the number of logged word updates so far.
+// Len is the number of log entries so far.
 func (tx *Tx) Len() int { return len(tx.entries) }
 
-// Cap is how many logged word updates one transaction may hold.
+// Cap is how many 16-byte word updates one transaction may hold.
 func (tx *Tx) Cap() int { return tx.r.geo.LogEntriesPerSlot() }
+
+// Room is how many bytes of log the transaction has left: a word update
+// takes 16, a Write of n bytes 16 + n rounded up to a multiple of 8.
+func (tx *Tx) Room() int { return tx.r.geo.LogBytesPerSlot() - tx.size }
 
 func (tx *Tx) check() error {
 	switch {
@@ -48,56 +62,146 @@ func (tx *Tx) check() error {
 	return nil
 }
 
+// log appends e, merging it into an earlier entry where that keeps replay
+// equivalent: a set of a word replaces the word's earlier set when
+// nothing else touched the word since, bit operations on a bitmap word
+// merge with the word's previous bit operation of the same kind.
 func (tx *Tx) log(e logEntry) error {
-	if e.op == opSet {
+	switch e.op {
+	case opSet:
+		tx.words[e.off] = e.val
 		if i, ok := tx.setIdx[e.off]; ok {
 			tx.entries[i].val = e.val
 			return nil
 		}
-	} else {
-		// Bit operations on one bitmap word merge when nothing else
-		// touched the word since (allocating many records or blocks).
-		for i := len(tx.entries) - 1; i >= 0; i-- {
-			if x := &tx.entries[i]; x.off == e.off {
-				if x.op == e.op {
-					x.val |= e.val
-					return nil
-				}
-				break
-			}
+	case opOr, opAndNot:
+		tx.words[e.off] = e.apply(tx.load(e.off))
+		if i, ok := tx.bitIdx[e.off]; ok && tx.entries[i].op == e.op {
+			tx.entries[i].val |= e.val
+			return nil
 		}
 	}
-	if len(tx.entries) >= tx.Cap() {
-		tx.err = fmt.Errorf("%w: more than %d word updates; split the update or format with larger log slots", ErrTxTooLarge, tx.Cap())
+	if tx.size+e.size() > tx.r.geo.LogBytesPerSlot() {
+		tx.err = fmt.Errorf("%w: more than %d bytes of log; split the update or format with larger log slots", ErrTxTooLarge, tx.r.geo.LogBytesPerSlot())
 		return tx.err
 	}
-	if e.op == opSet {
-		tx.setIdx[e.off] = len(tx.entries)
-	} else {
-		// A SET logged earlier must not absorb a later SET of the same
+	i := len(tx.entries)
+	switch e.op {
+	case opSet:
+		tx.setIdx[e.off] = i
+		delete(tx.bitIdx, e.off)
+	case opOr, opAndNot:
+		tx.bitIdx[e.off] = i
+		// A set logged earlier must not absorb a later set of the same
 		// word once a bit operation sits between them.
 		delete(tx.setIdx, e.off)
+	case opBlkSet, opBlkClear:
+		tx.rangeTouched(e)
+	case opWrite:
+		tx.writeTouched(e)
+		tx.writes = append(tx.writes, i)
 	}
 	tx.entries = append(tx.entries, e)
+	tx.size += e.size()
 	return nil
+}
+
+// rangeTouched updates the view of the bitmap words a block-range entry
+// covers.
+func (tx *Tx) rangeTouched(e logEntry) {
+	g := tx.r.geo
+	first, last := g.BlkBitmapOff+e.off/64*8, g.BlkBitmapOff+(e.off+e.val-1)/64*8
+	update := func(w uint64) {
+		if v, ok := tx.words[w]; ok {
+			tx.words[w] = applyRange(e, g, w, v)
+		}
+		delete(tx.bitIdx, w)
+		delete(tx.setIdx, w)
+	}
+	if uint64(len(tx.words)) < (last-first)/8+1 {
+		for w := range tx.words {
+			if w >= first && w <= last {
+				update(w)
+			}
+		}
+		for w := range tx.bitIdx {
+			if w >= first && w <= last {
+				delete(tx.bitIdx, w)
+			}
+		}
+		return
+	}
+	for w := first; w <= last; w += 8 {
+		update(w)
+	}
+}
+
+// writeTouched updates the view of the words a write covers.
+func (tx *Tx) writeTouched(e logEntry) {
+	for w := e.off &^ 7; w < e.off+e.val; w += 8 {
+		if v, ok := tx.words[w]; ok {
+			tx.words[w] = mergeBytes(v, w, e.off, e.data)
+		}
+		delete(tx.setIdx, w)
+	}
+}
+
+// applyRange applies block-range entry e to bitmap word w (at offset off).
+func applyRange(e logEntry, g Geometry, off, w uint64) uint64 {
+	wi := (off - g.BlkBitmapOff) / 8
+	lo := max(e.off, wi*64)
+	hi := min(e.off+e.val, wi*64+64)
+	if lo >= hi {
+		return w
+	}
+	mask := ^uint64(0) >> (64 - (hi - lo)) << (lo - wi*64)
+	if e.op == opBlkSet {
+		return w | mask
+	}
+	return w &^ mask
+}
+
+// mergeBytes returns word w (at offset wo) with the bytes of p (at offset
+// off) that fall inside it.
+func mergeBytes(w, wo, off uint64, p []byte) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], w)
+	for i := range uint64(8) {
+		if a := wo + i; a >= off && a < off+uint64(len(p)) {
+			b[i] = p[a-off]
+		}
+	}
+	return binary.LittleEndian.Uint64(b[:])
 }
 
 // load reads a word as this transaction will leave it.
 func (tx *Tx) load(off uint64) uint64 {
+	if v, ok := tx.words[off]; ok {
+		return v
+	}
 	v := tx.r.load8(off)
-	for _, e := range tx.entries {
-		if e.off == off {
-			v = e.apply(v)
+	g := tx.r.geo
+	if off >= g.BlkBitmapOff && off < g.BlkBitmapOff+bitmapBytes(g.NumBlocks) {
+		for _, e := range tx.entries {
+			if e.op == opBlkSet || e.op == opBlkClear {
+				v = applyRange(e, g, off, v)
+			}
+		}
+	}
+	for _, i := range tx.writes {
+		if e := tx.entries[i]; off+8 > e.off && off < e.off+e.val {
+			v = mergeBytes(v, off, e.off, e.data)
 		}
 	}
 	return v
 }
 
 // Read8 reads the word at off as this transaction will leave it.
-func (tx *Tx) Read8(off uint64) (uint64, error) {
+func (tx *Tx) Read8(off uint64) (v uint64, err error) {
 	if off%8 != 0 || off+8 > uint64(len(tx.r.buf)) {
 		return 0, fmt.Errorf("%w: word at %#x", ErrBadAddress, off)
 	}
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
 	return tx.load(off), nil
 }
 
@@ -116,9 +220,9 @@ func (tx *Tx) Write8(off, v uint64) error {
 	return tx.log(logEntry{op: opSet, off: off, val: v})
 }
 
-// Write logs p at off (any alignment: partial words are merged with
-// their current bytes). The range must lie in one record's payload, the
-// data blocks or the roots. It costs one log entry per word touched.
+// Write logs p at off, any alignment and length up to Room()-16. The range
+// must lie in one record's payload, the data blocks or the roots. It costs
+// one log entry of 16 bytes plus len(p) rounded up to 8.
 func (tx *Tx) Write(off uint64, p []byte) error {
 	if err := tx.check(); err != nil {
 		return err
@@ -129,19 +233,7 @@ func (tx *Tx) Write(off uint64, p []byte) error {
 	if err := tx.r.checkUser(off, uint64(len(p))); err != nil {
 		return err
 	}
-	var w [8]byte
-	for wo := off &^ 7; wo < off+uint64(len(p)); wo += 8 {
-		binary.LittleEndian.PutUint64(w[:], tx.load(wo))
-		for i := range uint64(8) {
-			if a := wo + i; a >= off && a < off+uint64(len(p)) {
-				w[i] = p[a-off]
-			}
-		}
-		if err := tx.log(logEntry{op: opSet, off: wo, val: binary.LittleEndian.Uint64(w[:])}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return tx.log(logEntry{op: opWrite, off: off, val: uint64(len(p)), data: slices.Clone(p)})
 }
 
 // SetRoot logs root word i = v.
@@ -157,7 +249,7 @@ func (tx *Tx) SetRoot(i int, v uint64) error {
 // reachable points there, so a crash cannot expose the bytes, and Commit
 // makes them durable before the allocation is. This is how bulk data
 // (file blocks, a new record's body) enters a transaction cheaply.
-func (tx *Tx) WriteFresh(off uint64, p []byte) error {
+func (tx *Tx) WriteFresh(off uint64, p []byte) (err error) {
 	if err := tx.check(); err != nil {
 		return err
 	}
@@ -175,27 +267,28 @@ func (tx *Tx) WriteFresh(off uint64, p []byte) error {
 	if !ok {
 		return fmt.Errorf("%w: [%#x,%#x)", ErrNotFresh, off, off+n)
 	}
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
 	tx.r.storeBytes(off, p)
 	tx.dirty = append(tx.dirty, span{off, n})
 	return nil
 }
 
-// AllocRecord allocates a record of the given kind (non-zero; the
-// meaning of kinds belongs to the caller). Its payload reads as zeroes
-// and its generation is one more than its previous owner's.
-func (tx *Tx) AllocRecord(kind uint16) (RecordID, error) {
+// AllocRecord allocates a record of the given kind (non-zero and not
+// KindQuarantined; the meaning of kinds belongs to the caller). Its
+// payload reads as zeroes and its generation is one more than its
+// previous owner's.
+func (tx *Tx) AllocRecord(kind uint16) (id RecordID, err error) {
 	if err := tx.check(); err != nil {
 		return 0, err
 	}
-	if kind == 0 {
-		return 0, fmt.Errorf("%w: record kind 0 means free", ErrBadAddress)
+	if kind == 0 || kind == KindQuarantined {
+		return 0, fmt.Errorf("%w: record kind %#x is reserved (0 means free, %#x quarantined)", ErrBadAddress, kind, KindQuarantined)
 	}
 	r := tx.r
 	g := r.geo
 	r.allocMu.Lock()
-	idx, ok := r.recUsed.findRun(1, r.recHint)
+	idx, ok := r.recs.Alloc(1, r.recHint)
 	if ok {
-		r.recUsed.set(idx)
 		r.recHint = idx + 1
 	}
 	r.allocMu.Unlock()
@@ -203,7 +296,8 @@ func (tx *Tx) AllocRecord(kind uint16) (RecordID, error) {
 		return 0, fmt.Errorf("%w: all %d records are in use; free some or format a larger region", ErrNoSpace, g.NumRecords)
 	}
 	tx.onAbort = append(tx.onAbort, func() { r.releaseRecord(idx) })
-	id := RecordID(idx + 1)
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
+	id = RecordID(idx + 1)
 	off := r.recordOff(id)
 	gen := r.load8(off+8) + 1
 	if err := tx.log(logEntry{op: opSet, off: off + 8, val: gen}); err != nil {
@@ -226,11 +320,13 @@ func (tx *Tx) AllocRecord(kind uint16) (RecordID, error) {
 	return id, nil
 }
 
-// FreeRecord frees record id and every extent it owns.
-func (tx *Tx) FreeRecord(id RecordID) error {
+// FreeRecord frees record id and every extent it owns, whatever their
+// lengths: one range entry and a slot clear per extent.
+func (tx *Tx) FreeRecord(id RecordID) (err error) {
 	if err := tx.check(); err != nil {
 		return err
 	}
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
 	h, err := tx.liveHeader(id)
 	if err != nil {
 		return err
@@ -255,15 +351,17 @@ func (tx *Tx) FreeRecord(id RecordID) error {
 	return nil
 }
 
-// AllocExtent allocates count contiguous blocks and records them as
-// owned by record owner. The blocks' content is whatever was there:
-// fill them with WriteFresh in the same transaction.
-func (tx *Tx) AllocExtent(owner RecordID, count uint64) (Extent, error) {
+// AllocExtent allocates count contiguous blocks (any count the region has
+// a free run for) and records them as owned by record owner. The blocks'
+// content is whatever was there: fill them with WriteFresh in the same
+// transaction.
+func (tx *Tx) AllocExtent(owner RecordID, count uint64) (ext Extent, err error) {
 	if err := tx.check(); err != nil {
 		return Extent{}, err
 	}
 	r := tx.r
 	g := r.geo
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
 	h, err := tx.liveHeader(owner)
 	if err != nil {
 		return Extent{}, err
@@ -275,9 +373,8 @@ func (tx *Tx) AllocExtent(owner RecordID, count uint64) (Extent, error) {
 		return Extent{}, fmt.Errorf("%w: empty extent", ErrBadAddress)
 	}
 	r.allocMu.Lock()
-	start, ok := r.blkUsed.findRun(count, r.blkHint)
+	start, ok := r.blks.Alloc(count, r.blkHint)
 	if ok {
-		r.blkUsed.setRange(start, count)
 		r.blkHint = start + count
 	}
 	r.allocMu.Unlock()
@@ -286,7 +383,7 @@ func (tx *Tx) AllocExtent(owner RecordID, count uint64) (Extent, error) {
 	}
 	e := Extent{Start: start, Count: count}
 	tx.onAbort = append(tx.onAbort, func() { r.releaseBlocks(e) })
-	if err := tx.bitOps(opOr, e); err != nil {
+	if err := tx.log(logEntry{op: opBlkSet, off: e.Start, val: e.Count}); err != nil {
 		return Extent{}, err
 	}
 	n := len(h.Extents)
@@ -300,12 +397,13 @@ func (tx *Tx) AllocExtent(owner RecordID, count uint64) (Extent, error) {
 	return e, nil
 }
 
-// FreeExtent releases extent e owned by record owner. e must be exactly
-// one of the owner's extents.
-func (tx *Tx) FreeExtent(owner RecordID, e Extent) error {
+// FreeExtent releases extent e owned by record owner, whatever its length.
+// e must be exactly one of the owner's extents.
+func (tx *Tx) FreeExtent(owner RecordID, e Extent) (err error) {
 	if err := tx.check(); err != nil {
 		return err
 	}
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
 	h, err := tx.liveHeader(owner)
 	if err != nil {
 		return err
@@ -358,7 +456,7 @@ func (tx *Tx) logExtentSlot(id RecordID, i int, e Extent) error {
 }
 
 func (tx *Tx) freeBlocks(e Extent) error {
-	if err := tx.bitOps(opAndNot, e); err != nil {
+	if err := tx.log(logEntry{op: opBlkClear, off: e.Start, val: e.Count}); err != nil {
 		return err
 	}
 	r := tx.r
@@ -366,31 +464,15 @@ func (tx *Tx) freeBlocks(e Extent) error {
 	return nil
 }
 
-// bitOps logs one OR or ANDNOT per bitmap word covering e.
-func (tx *Tx) bitOps(op logOp, e Extent) error {
-	g := tx.r.geo
-	for b := e.Start; b < e.End(); {
-		w := b / 64
-		lo := b % 64
-		hi := min(uint64(64), e.End()-w*64)
-		mask := ^uint64(0) >> (64 - (hi - lo)) << lo
-		if err := tx.log(logEntry{op: op, off: g.BlkBitmapOff + 8*w, val: mask}); err != nil {
-			return err
-		}
-		b = w*64 + hi
-	}
-	return nil
-}
-
 func (r *Region) releaseRecord(idx uint64) {
 	r.allocMu.Lock()
-	r.recUsed.clear(idx)
+	r.recs.Clear(idx, 1)
 	r.allocMu.Unlock()
 }
 
 func (r *Region) releaseBlocks(e Extent) {
 	r.allocMu.Lock()
-	r.blkUsed.clearRange(e.Start, e.Count)
+	r.blks.Clear(e.Start, e.Count)
 	r.allocMu.Unlock()
 }
 
@@ -409,10 +491,12 @@ func (tx *Tx) Abort() {
 
 // Commit makes the transaction durable and applies it (see the protocol
 // in log.go). When Commit returns nil the updates are durable and
-// visible. An error other than ErrTxTooLarge means the medium failed: the
-// region refuses further work and must be reopened (recovery then
-// decides whether the transaction happened).
-func (tx *Tx) Commit() error {
+// visible. An error other than ErrTxTooLarge means the medium failed (a
+// write-back error, a media error): the region refuses further work and
+// must be reopened, and recovery then decides whether the transaction
+// happened. Every commit still in flight when the region fails returns
+// the error too, so none reports durable a range that may not be.
+func (tx *Tx) Commit() (err error) {
 	if tx.done {
 		return ErrTxDone
 	}
@@ -428,42 +512,64 @@ func (tx *Tx) Commit() error {
 	}
 	tx.done = true
 	defer func() { r.slots <- tx.slot }()
-	for _, s := range tx.dirty {
-		r.m.Flush(int(s.off), int(s.n))
-	}
-	if len(tx.entries) == 0 {
-		if len(tx.dirty) > 0 {
-			return r.fence()
-		}
-		return nil
-	}
-	g := r.geo
-	slotOff := g.slotOff(tx.slot)
-	seq := r.seq.Add(1)
-	enc := encodeLogSlot(r.buf[slotOff+8:slotOff+uint64(g.LogSlotSize)], seq, tx.entries)
-	r.observe(slotOff+8, uint64(len(enc)))
-	r.m.Flush(int(slotOff), 8+len(enc))
-	if err := r.fence(); err != nil { // F1: entries durable
+	defer r.guardWrite(&err, debug.SetPanicOnFault(true))
+	if err := tx.commit(); err != nil {
+		r.fail(err)
 		return err
 	}
-	r.store8(slotOff, seq)
-	if err := r.persist(slotOff, 8); err != nil { // F2: committed
-		return err
-	}
-	offs := make([]uint64, len(tx.entries))
-	for i, e := range tx.entries {
-		r.applyEntry(e)
-		offs[i] = e.off
-	}
-	if err := r.persistWords(offs); err != nil { // F3: applied
-		return err
-	}
-	r.store8(slotOff, 0)
-	if err := r.persist(slotOff, 8); err != nil { // F4: slot free
+	// A write-back error another goroutine saw may have been this
+	// transaction's (see mapping.msyncMu): fail too.
+	if err := r.failure(); err != nil {
 		return err
 	}
 	for _, f := range tx.onApplied {
 		f()
 	}
 	return nil
+}
+
+func (tx *Tx) commit() error {
+	if len(tx.entries) == 0 {
+		// Nothing logged means nothing allocated, so no fresh bytes
+		// either: nothing to do.
+		return nil
+	}
+	r := tx.r
+	var errs flushErrs
+	for _, s := range tx.dirty {
+		errs.add(r.flush(s.off, s.n))
+	}
+	g := r.geo
+	slotOff := g.slotOff(tx.slot)
+	seq := r.seq.Add(1)
+	enc := encodeLogSlot(r.buf[slotOff+8:slotOff+uint64(g.LogSlotSize)], seq, tx.entries, tx.size)
+	r.observe(slotOff+8, uint64(len(enc)))
+	errs.add(r.flush(slotOff, 8+uint64(len(enc))))
+	if errs.add(r.fence()) != nil { // F1: entries durable
+		return errs.err
+	}
+	r.store8(slotOff, seq)
+	if errs.add(r.persist(slotOff, 8)) != nil { // F2: committed
+		return errs.err
+	}
+	var touched spans
+	for _, e := range tx.entries {
+		r.applyEntry(e)
+		touched.add(r.entrySpan(e))
+	}
+	if err := r.persistSpans(touched); err != nil { // F3: applied
+		return err
+	}
+	r.store8(slotOff, 0)
+	return r.persist(slotOff, 8) // F4: slot free
+}
+
+// flushErrs keeps the first of several flush errors.
+type flushErrs struct{ err error }
+
+func (f *flushErrs) add(err error) error {
+	if f.err == nil {
+		f.err = err
+	}
+	return f.err
 }

@@ -17,9 +17,10 @@ var errFsckProblems = errors.New("fsck found problems")
 
 func newFsckCmd() *cobra.Command {
 	var (
-		region string
-		repair bool
-		asJSON bool
+		region  string
+		repair  bool
+		release bool
+		asJSON  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "fsck --region PATH",
@@ -30,10 +31,18 @@ against the data area and the others, and the block bitmap against the
 extents owned by allocated records.
 
 Run it on a stopped node (the region must not be open elsewhere). Without
---repair nothing is written: recovery (replaying committed transactions)
-happens in a private copy-on-write mapping. With --repair the region is
-recovered in place, damaged log slots are discarded and every repairable
-problem is fixed, each fix in its own crash-safe transaction.
+--repair nothing is written: the region (a file or a /dev/daxX.Y device)
+is mapped read-only and recovery (replaying committed transactions)
+happens in memory. With --repair the region is recovered in place, damaged
+log slots are discarded and every repairable problem is fixed, each fix in
+its own crash-safe transaction; one pass suffices.
+
+Repair never frees anything a record may still own. A record whose header
+is damaged is quarantined: kept, with its payload and the extents it may
+own, under kind 0xffff, for the layer above or an operator to inspect.
+Blocks that no record owns are freed only while no record is damaged,
+quarantined or overlapping another. --release-quarantined (with --repair)
+frees quarantined records and their blocks: their content is lost.
 
 Exit status: 0 when the region is clean (after repair, with --repair),
 1 otherwise.`,
@@ -46,7 +55,10 @@ Exit status: 0 when the region is clean (after repair, with --repair),
 			if !asJSON {
 				logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 			}
-			rep, err := pmem.CheckFile(cmd.Context(), region, repair, logger)
+			if release && !repair {
+				return errors.New("--release-quarantined frees records: it needs --repair")
+			}
+			rep, err := pmem.CheckFileWith(cmd.Context(), region, pmem.CheckOptions{Repair: repair, ReleaseQuarantined: release, Logger: logger})
 			out := cmd.OutOrStdout()
 			if err != nil {
 				if asJSON {
@@ -74,6 +86,7 @@ Exit status: 0 when the region is clean (after repair, with --repair),
 	f := cmd.Flags()
 	f.StringVar(&region, "region", "", "region file or device-DAX device to check")
 	f.BoolVar(&repair, "repair", false, "recover the region in place and fix what can be fixed")
+	f.BoolVar(&release, "release-quarantined", false, "with --repair: free quarantined records and their blocks (their content is lost)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
 }

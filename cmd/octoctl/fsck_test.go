@@ -50,6 +50,8 @@ func TestFsckCommand(t *testing.T) {
 		{"json report", []string{"--region", path, "--json"}, true, `"clean":false`},
 		{"repair", []string{"--region", path, "--repair"}, false, "[repaired]"},
 		{"clean afterwards", []string{"--region", path}, false, "clean"},
+		{"release needs repair", []string{"--region", path, "--release-quarantined"}, true, ""},
+		{"release with repair", []string{"--region", path, "--repair", "--release-quarantined"}, false, "clean"},
 		{"not a region", []string{"--region", filepath.Join(t.TempDir(), "nothing")}, true, ""},
 	}
 	for _, tc := range tests {

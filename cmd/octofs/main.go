@@ -25,6 +25,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(
+		newFormatCmd(),
 		newServeCmd(),
 		newMountCmd(),
 	)
