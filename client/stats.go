@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/dataplane"
 	"github.com/octofs/octofs/dataplane/dpclient"
 	dpwire "github.com/octofs/octofs/dataplane/wire"
 	"github.com/octofs/octofs/metadata/wire"
@@ -73,4 +74,31 @@ func (c *Client) Ping(ctx context.Context, node cluster.NodeID) error {
 		err = c.remote.md.Null(octx, node)
 	}
 	return c.fail(ctx, "null", err)
+}
+
+// ProbeData opens a data connection to node the way the data engine does,
+// with h (Purpose, ClientID and Incarnation are filled in), and closes it
+// again: what the node granted tells its incarnation. octoctl probe uses it
+// to check a node's data endpoint apart from the engine's own connections.
+func (c *Client) ProbeData(ctx context.Context, node cluster.NodeInfo, h dataplane.Hello) (dataplane.Grant, error) {
+	if c.remote == nil {
+		return dataplane.Grant{}, syscall.ENOTSUP
+	}
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return dataplane.Grant{}, err
+	}
+	cq, err := c.remote.dev.CreateCQ(4)
+	if err != nil {
+		return dataplane.Grant{}, err
+	}
+	defer cq.Close()
+	h.ClientID, h.Incarnation = c.id, c.incarnation
+	conn, g, err := dataplane.DialData(octx, c.remote.pd, cq, node.RDMAAddr, 1, h)
+	if err != nil {
+		return dataplane.Grant{}, err
+	}
+	conn.Close()
+	return g, nil
 }

@@ -4,111 +4,89 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
+	"github.com/octofs/octofs/client"
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane"
-	"github.com/octofs/octofs/pmem"
-	"github.com/octofs/octofs/rdma"
-	"github.com/octofs/octofs/rdma/provider"
-	"github.com/spf13/cobra"
 )
 
-// probeResult is one node's data-path check.
+// probeResult is one node's check.
 type probeResult struct {
-	Node       cluster.NodeID `json:"node"`
-	RDMAAddr   string         `json:"rdma_addr"`
-	Region     string         `json:"region,omitempty"`
-	Length     uint64         `json:"length,omitempty"`
-	OK         bool           `json:"ok"`
-	Error      string         `json:"error,omitempty"`
-	ConnectUS  float64        `json:"connect_us,omitempty"`
-	ReadP50US  float64        `json:"read_p50_us,omitempty"`
-	ReadP99US  float64        `json:"read_p99_us,omitempty"`
-	ReadsTaken int            `json:"reads,omitempty"`
+	Node        cluster.NodeID `json:"node"`
+	RDMAAddr    string         `json:"rdma_addr"`
+	Region      string         `json:"region,omitempty"`
+	Length      uint64         `json:"length,omitempty"`
+	OK          bool           `json:"ok"`
+	Error       string         `json:"error,omitempty"`
+	Incarnation uint64         `json:"incarnation,omitempty"`
+	ConnectUS   float64        `json:"data_connect_us,omitempty"`
+	NullP50US   float64        `json:"null_p50_us,omitempty"`
+	NullP99US   float64        `json:"null_p99_us,omitempty"`
+	Calls       int            `json:"calls,omitempty"`
 }
 
 func newProbeCmd() *cobra.Command {
 	var (
-		f        *clusterFlags
-		nodes    []string
-		prov     string
-		device   string
-		softAddr string
-		reads    int
+		f     *fsFlags
+		nodes []string
+		calls int
 	)
 	cmd := &cobra.Command{
 		Use:   "probe",
-		Short: "Check each node's data path: connect over RDMA and read its region one-sidedly",
-		Long: `For each node with a region in the cluster map, connect to its RDMA address
-with the cluster token, read the region's superblock with an RDMA READ and
-check that it is the region the map names, then time --reads 8-byte READs.
-The node's CPU takes no part in the reads: the RDMA provider serves them.
+		Short: "Check each node's RPC and data endpoints as a client would",
+		Long: `For each node with storage in the cluster map, open a data connection to
+its RDMA address with the cluster token (the node answers with its
+incarnation and a data session; nothing of the region is reachable until
+the chunk service hands out extents), then time --calls null RPCs to it
+over self-identified RPC, the path every metadata operation takes.
 Exits non-zero if any node fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tok, err := f.tokenValue()
+			s, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
-			c, err := f.client(true)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := f.context(cmd)
+			defer s.close()
+			ctx, cancel := f.cluster.context(cmd)
 			defer cancel()
-			m, err := c.Map(ctx)
-			if err != nil {
-				return err
-			}
+			m := s.c.Map()
 			var targets []cluster.NodeInfo
 			for _, n := range m.Nodes {
-				if n.RDMAAddr != "" && (len(nodes) == 0 || slices.Contains(nodes, string(n.ID))) {
+				if n.RDMAAddr != "" && n.State != cluster.StateRemoved && (len(nodes) == 0 || slices.Contains(nodes, string(n.ID))) {
 					targets = append(targets, n)
 				}
 			}
 			if len(targets) == 0 {
-				return errors.New("no node to probe: none in the map has a region (start nodes with --pmem) or --node matched none")
+				return errors.New("no node to probe: none in the map has storage (start nodes with --pmem) or --node matched none")
 			}
-			addr := softAddr
-			if addr == "" && prov == "soft" {
-				host, err := localHostFor(targets[0].RDMAAddr)
-				if err != nil {
-					return err
-				}
-				addr = net.JoinHostPort(host, "0")
-			}
-			dev, err := provider.Open(prov, rdma.DeviceConfig{Device: device, GIDIndex: rdma.AutoGID, Addr: addr})
-			if err != nil {
-				return err
-			}
-			defer dev.Close()
+			tok, _ := f.cluster.tokenValue()
 			results := make([]probeResult, 0, len(targets))
 			failed := 0
 			for _, n := range targets {
-				r := probeNode(ctx, dev, n, tok, reads)
+				r := probeNode(ctx, s.c, n, tok, calls)
 				if !r.OK {
 					failed++
 				}
 				results = append(results, r)
 			}
-			if f.json {
+			if f.cluster.json {
 				if err := printJSON(cmd.OutOrStdout(), results); err != nil {
 					return err
 				}
 			} else {
-				t := newTable(cmd.OutOrStdout(), "NODE", "RDMA", "REGION", "LENGTH", "CONNECT", "READ P50", "READ P99", "RESULT")
+				t := newTable(cmd.OutOrStdout(), "NODE", "RDMA", "REGION", "LENGTH", "DATA CONNECT", "NULL P50", "NULL P99", "RESULT")
 				for _, r := range results {
 					result := "ok"
 					if !r.OK {
 						result = r.Error
 					}
 					t.row(string(r.Node), r.RDMAAddr, dash(r.Region), strconv.FormatUint(r.Length, 10),
-						micros(r.ConnectUS), micros(r.ReadP50US), micros(r.ReadP99US), result)
+						micros(r.ConnectUS), micros(r.NullP50US), micros(r.NullP99US), result)
 				}
 				if err := t.flush(); err != nil {
 					return err
@@ -120,13 +98,10 @@ Exits non-zero if any node fails.`,
 			return nil
 		},
 	}
-	f = addClusterFlags(cmd)
+	f = addFSFlags(cmd)
 	fl := cmd.Flags()
-	fl.StringSliceVar(&nodes, "node", nil, "probe only these node ids (default: every node with a region)")
-	fl.StringVar(&prov, "provider", provider.Default, "RDMA provider: "+strings.Join(provider.Names(), ", "))
-	fl.StringVar(&device, "device", "", "verbs: device name such as rxe0 (default: the first active one)")
-	fl.StringVar(&softAddr, "soft-addr", "", "soft: host:port of this side's software NIC (default: the address that reaches the nodes)")
-	fl.IntVar(&reads, "reads", 100, "8-byte READs to time per node")
+	fl.StringSliceVar(&nodes, "node", nil, "probe only these node ids (default: every node with storage)")
+	fl.IntVar(&calls, "calls", 100, "null RPCs to time per node")
 	return cmd
 }
 
@@ -137,75 +112,31 @@ func micros(us float64) string {
 	return fmt.Sprintf("%.0fµs", us)
 }
 
-// probeNode connects to one node's export, checks its superblock and times
-// small READs.
-func probeNode(ctx context.Context, dev rdma.Device, n0 cluster.NodeInfo, token string, reads int) probeResult {
-	r := probeResult{Node: n0.ID, RDMAAddr: n0.RDMAAddr, Region: n0.Region.UUID, Length: n0.Region.Length}
-	fail := func(err error) probeResult {
-		r.Error = err.Error()
+// probeNode opens a data connection to one node and times null RPCs to it.
+func probeNode(ctx context.Context, c *client.Client, n cluster.NodeInfo, token string, calls int) probeResult {
+	r := probeResult{Node: n.ID, RDMAAddr: n.RDMAAddr, Region: n.Region.UUID, Length: n.Region.Length}
+	fail := func(what string, err error) probeResult {
+		r.Error = what + ": " + err.Error()
 		return r
 	}
-	pd, err := dev.AllocPD()
-	if err != nil {
-		return fail(err)
-	}
-	defer pd.Close()
-	cq, err := dev.CreateCQ(16)
-	if err != nil {
-		return fail(err)
-	}
-	defer cq.Close()
-	buf, err := rdma.AllocBuffer(4096)
-	if err != nil {
-		return fail(err)
-	}
-	defer rdma.FreeBuffer(buf)
-	mr, err := pd.RegMR(buf, rdma.AccessLocalWrite)
-	if err != nil {
-		return fail(err)
-	}
-	defer mr.Dereg()
-
 	start := time.Now()
-	conn, err := dataplane.DialExport(ctx, pd, cq, n0.RDMAAddr, token, "octoctl probe")
+	g, err := c.ProbeData(ctx, n, dataplane.Hello{Token: token, ClientID: c.ID(), Client: "octoctl probe"})
 	if err != nil {
-		return fail(err)
+		return fail("data connection", err)
 	}
-	defer conn.Close()
 	r.ConnectUS = float64(time.Since(start).Microseconds())
-
-	var wc [1]rdma.WorkCompletion
-	read := func(n uint32) error {
-		if err := conn.QP.PostSend([]rdma.SendWR{{Opcode: rdma.OpRead, Flags: rdma.SendSignaled,
-			SGL: []rdma.SGE{{Addr: mr.Addr(), Length: n, LKey: mr.LKey()}}, RemoteAddr: n0.Region.Base, RKey: n0.Region.RKey}}); err != nil {
-			return err
-		}
-		if _, err := cq.Wait(ctx, wc[:]); err != nil {
-			return err
-		}
-		return wc[0].Err()
-	}
-	if err := read(4096); err != nil {
-		return fail(fmt.Errorf("read the superblock: %w", err))
-	}
-	sb, err := pmem.DecodeSuperblock(buf)
-	if err != nil {
-		return fail(fmt.Errorf("the region's first bytes: %w", err))
-	}
-	if sb.RegionUUID.String() != n0.Region.UUID {
-		return fail(fmt.Errorf("region %s found where the map says %s", sb.RegionUUID, n0.Region.UUID))
-	}
-	samples := make([]time.Duration, 0, reads)
-	for range reads {
+	r.Incarnation = g.Incarnation
+	samples := make([]time.Duration, 0, calls)
+	for range calls {
 		t := time.Now()
-		if err := read(8); err != nil {
-			return fail(err)
+		if err := c.Ping(ctx, n.ID); err != nil {
+			return fail("null RPC", err)
 		}
 		samples = append(samples, time.Since(t))
 	}
 	if len(samples) > 0 {
 		s := summarize(samples)
-		r.ReadP50US, r.ReadP99US, r.ReadsTaken = s.p50, s.p99, s.n
+		r.NullP50US, r.NullP99US, r.Calls = s.p50, s.p99, s.n
 	}
 	r.OK = true
 	return r
