@@ -270,3 +270,41 @@ func testUnsignaledOccupancy(t *testing.T, p Provider) {
 		t.Fatalf("PostSend behind %d completed unsignaled requests: %v", depth, err)
 	}
 }
+
+// testReadsBehindSmallReads: READs of mixed sizes posted together, a
+// large one behind a small one, all complete with their data while the
+// responder's application does nothing at all (it neither posts, polls
+// nor waits): a responder answers READs by itself, whatever their sizes
+// and however they are queued. Only the last READ is signaled, as a
+// client that reads a file's extents in one go posts them.
+func testReadsBehindSmallReads(t *testing.T, p Provider) {
+	dev := p.Open(t)
+	size := largeMsg(dev)
+	na, nb := NewNode(t, dev, 2*size, rdma.AccessAll), NewNode(t, p.Open(t), size, rdma.AccessAll)
+	for _, tc := range []struct {
+		name    string
+		lengths []int
+	}{
+		{"small then large", []int{8, size / 2}},
+		{"small, large, small", []int{4096, size / 4, 1992}},
+		{"alternating", []int{100, size / 8, 100, size / 3, 64, 300}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := ConnectNodes(t, na, nb, Options{})
+			a, b := pr.A, pr.B
+			Fill(b.Buf[:size], byte(len(tc.lengths)))
+			clear(a.Buf[size : 2*size])
+			var wrs []rdma.SendWR
+			off := 0
+			for i, n := range tc.lengths {
+				wrs = append(wrs, rdma.SendWR{ID: uint64(i + 1), Opcode: rdma.OpRead, SGL: []rdma.SGE{a.SGE(size+off, n)},
+					RemoteAddr: b.Addr(off), RKey: b.MR.RKey()})
+				off += n
+			}
+			wrs[len(wrs)-1].Flags = rdma.SendSignaled
+			PostSend(t, a.QP, wrs...)
+			CheckOK(t, "the last of READs posted together", WaitOne(t, a.SendCQ), uint64(len(wrs)), rdma.WCRead)
+			CheckBytes(t, "data of READs posted together", a.Buf[size:size+off], b.Buf[:off])
+		})
+	}
+}

@@ -84,6 +84,7 @@ var tests = []conformanceTest{
 	{"Completions/CQOverrun", testCQOverrun},
 	{"Completions/UnsignaledOccupancy", testUnsignaledOccupancy},
 	{"Completions/SharedCQConcurrentPosters", testSharedCQConcurrentPosters},
+	{"Completions/ReadsBehindSmallReads", testReadsBehindSmallReads},
 
 	// The error state.
 	{"ErrorState/Flush", testErrorFlush},

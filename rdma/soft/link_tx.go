@@ -197,8 +197,15 @@ func (l *link) txFailed(err error) {
 // transmitLocked writes batches until nothing is left (more false) or,
 // without block, until the socket is full or a frame is the writer's
 // (more true). The caller holds txMu.
+//
+// A frame left to the writer by the last gather is reported once the
+// batch gathered before it is out: nothing else would wake the writer
+// for it. (A READ response over inlineTxLimit queued behind a small
+// response left the requester waiting for data nobody sent, until its
+// transport timer failed it.)
 func (l *link) transmitLocked(block bool) (more bool, err error) {
 	tx := &l.tx
+	writer := false // the last gather left a frame to the writer goroutine
 	for {
 		if l.broken.Load() {
 			return false, nil
@@ -213,13 +220,14 @@ func (l *link) transmitLocked(block bool) (more bool, err error) {
 			}
 			l.batchWritten()
 			if !tx.full && !l.txAgain.Load() {
-				return false, nil
+				return writer, nil
 			}
 			continue
 		}
 		q := l.q
 		q.mu.Lock()
-		frames, writer := l.gatherLocked(block)
+		var frames int
+		frames, writer = l.gatherLocked(block)
 		q.mu.Unlock()
 		if frames == 0 {
 			return writer, nil
