@@ -26,6 +26,7 @@ type attacker struct {
 	mem    []byte
 	params serverParams
 	wcs    [64]rdma.WorkCompletion
+	next   int // where the next outgoing message goes, from sendOff
 }
 
 const attackerRecvs = 64
@@ -66,12 +67,19 @@ func newAttacker(t testing.TB, ts *testServer, postRecvs bool) *attacker {
 // sendOff is where the attacker's outgoing messages start in its memory.
 const sendOff = 1 << 20
 
-// send posts msg as a SEND (with imm if withImm) and does not wait.
+// send posts msg as an unsignaled SEND (with imm) and does not wait.
+// Each message gets bytes of its own: a buffer may not be reused until
+// its send completes, and an unsignaled send never says when that is.
 func (a *attacker) send(t testing.TB, op rdma.Opcode, imm uint32, msg []byte) {
 	t.Helper()
-	copy(a.mem[sendOff:], msg)
+	if sendOff+a.next+len(msg) > len(a.mem) {
+		a.next = 0 // long since sent: the tests send a few KiB in all
+	}
+	off := sendOff + a.next
+	a.next += (len(msg) + 63) &^ 63
+	copy(a.mem[off:], msg)
 	err := a.conn.QP.PostSend([]rdma.SendWR{{Opcode: op, Imm: imm,
-		SGL: []rdma.SGE{{Addr: a.mr.Addr() + sendOff, Length: uint32(len(msg)), LKey: a.mr.LKey()}}}})
+		SGL: []rdma.SGE{{Addr: a.mr.Addr() + uint64(off), Length: uint32(len(msg)), LKey: a.mr.LKey()}}}})
 	require.NoError(t, err)
 }
 

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/octofs/octofs/rdma"
 )
 
 // fakeClock is a clock tests move by hand.
@@ -79,9 +77,15 @@ func TestPoolRedialsAfterBreak(t *testing.T) {
 	first, err := p.Get(ctxT(t), ts.addr)
 	require.NoError(t, err)
 	td.dev.DropConnections()
-	// An idle queue pair learns of the loss when its provider reads the
-	// dropped connection; the client learns of it at its next call.
-	waitFor(t, "the client's queue pair in error", func() bool { return first.conn.QP.State() == rdma.QPSErr })
+	// An idle client learns of the loss by itself: from its provider
+	// reading the dropped link (the queue pair goes to the error state)
+	// or from the connection manager, whichever comes first; either way
+	// it fails and releases its queue pair.
+	select {
+	case <-first.Done():
+	case <-time.After(testWait):
+		t.Fatalf("an idle client did not notice its dropped connection within %v (queue pair %v)", testWait, first.conn.QP.State())
+	}
 	clock.advance(time.Second)
 	got, err := p.Call(ctxT(t), ts.addr, opEcho, 2, []byte("again"))
 	require.NoError(t, err)
@@ -89,7 +93,6 @@ func TestPoolRedialsAfterBreak(t *testing.T) {
 	second, err := p.Get(ctxT(t), ts.addr)
 	require.NoError(t, err)
 	require.NotSame(t, first, second)
-	<-first.Done()
 	require.ErrorIs(t, first.Err(), ErrBroken)
 }
 
