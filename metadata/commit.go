@@ -45,6 +45,12 @@ func (p *partition) commit(recs ...wire.Record) error {
 	if len(recs) == 0 {
 		return nil
 	}
+	if p.log == nil {
+		// The empty stand-in of a partition without a log (see
+		// Service.partition): a handler tried to change state it
+		// never found. A bug; refuse rather than lose the records.
+		return fmt.Errorf("%w: a change of partition %d, which has no log", ErrCorrupt, p.id)
+	}
 	if err := p.failed(); err != nil {
 		return err
 	}

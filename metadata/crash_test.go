@@ -327,10 +327,15 @@ func TestCrash(t *testing.T) {
 				if mode == "peer" {
 					seed += 1 << 32
 				}
-				if crashRun(t, mode, seed) {
-					killed++
-				}
-				if t.Failed() {
+				// A subtest per run: its cluster (three regions and a
+				// power-loss tracker) is released when the run ends, not
+				// when the whole test does.
+				passed := t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+					if crashRun(t, mode, seed) {
+						killed++
+					}
+				})
+				if !passed {
 					t.Logf("replay with -run 'TestCrash/%s' -crash.seed %d", mode, seed)
 					return
 				}

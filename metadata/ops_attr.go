@@ -56,6 +56,10 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	if v&wire.SetGID != 0 && !c.IsRoot() && !(c.UID == rec.UID && (c.InGroup(q.GID) || q.GID == rec.GID)) {
 		return fail(status(syscall.EPERM))
 	}
+	if v&wire.SetKillSuidGid != 0 && v&wire.SetSize == 0 && !s.sessions.hasWriter(r.key, q.Ino) && !permits(&rec, c, wire.AccessWrite) {
+		// What a write does: only a writer may ask for it.
+		return fail(status(syscall.EACCES))
+	}
 	if v&wire.SetMode != 0 && !ownerOrRoot(&rec, c) {
 		return fail(status(syscall.EPERM))
 	}
@@ -76,7 +80,8 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 		rec.GID, changed = q.GID, true
 	}
 	if v&(wire.SetUID|wire.SetGID) != 0 && !n.isDir() {
-		rec.Mode = killPrivs(rec.Mode)
+		// chown: the group tested is the file's before the change.
+		rec.Mode = killPrivs(rec.Mode, n.rec.GID, c)
 	}
 	if v&wire.SetMode != 0 {
 		m := q.Mode & wire.ModePerm
@@ -87,7 +92,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 		changed = true
 	}
 	if v&wire.SetKillSuidGid != 0 {
-		rec.Mode, changed = killPrivs(rec.Mode), true
+		rec.Mode, changed = writeKillPrivs(&rec, c), true
 	}
 	switch {
 	case v&wire.SetAtime != 0:
@@ -103,9 +108,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	}
 	if v&wire.SetSize != 0 {
 		changed = true
-		if !c.IsRoot() {
-			rec.Mode = killPrivs(rec.Mode)
-		}
+		rec.Mode = writeKillPrivs(&rec, c)
 		if v&(wire.SetMtime|wire.SetMtimeNow) == 0 {
 			rec.Mtime = now
 		}
@@ -245,9 +248,7 @@ func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteComm
 		mt = wire.TimespecOf(s.now())
 	}
 	rec.Mtime, rec.Ctime = mt, mt
-	if !r.cred.IsRoot() {
-		rec.Mode = killPrivs(rec.Mode)
-	}
+	rec.Mode = writeKillPrivs(&rec, r.cred)
 	nn := *n
 	nn.rec = rec
 	res := ok(&wire.AttrReply{Attr: nn.attr()})
@@ -301,9 +302,7 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 	res := ok(&wire.AttrReply{Attr: n.attr()})
 	if trunc && n.isRegular() && !q.Reclaim {
 		rec := n.rec
-		if !r.cred.IsRoot() {
-			rec.Mode = killPrivs(rec.Mode)
-		}
+		rec.Mode = writeKillPrivs(&rec, r.cred)
 		if rec.Size > 0 {
 			res = p.truncate(r, n, rec, 0)
 		} else {

@@ -8,8 +8,9 @@ import (
 	"github.com/octofs/octofs/metadata/wire"
 )
 
-// maxLinks is the largest link count (EMLINK past it), ext4's.
-const maxLinks = 65000
+// DefaultMaxLinks is the largest link count (EMLINK past it) unless
+// Config.MaxLinks says otherwise: ext4's.
+const DefaultMaxLinks = 65000
 
 // inherit applies what a new inode takes from its directory: the group
 // of a setgid directory (and, for a directory, the setgid bit), and
@@ -29,11 +30,24 @@ func inherit(rec *wire.InodeRecord, dirMode, dirGID uint32, c *wire.Cred) {
 	}
 }
 
+// addCheck says what addEntryChecks checks beyond the basics.
+type addCheck struct {
+	// newIsDir: the entry is a directory, so d gains a link (EMLINK).
+	newIsDir bool
+	// linkDenied: protected_hardlinks refuses the link (EPERM), which
+	// Linux answers after the directory and name checks (may_linkat
+	// comes after filename_create).
+	linkDenied bool
+	// nameOnly: stop after the checks that precede may_linkat
+	// (wire.EntryAddCheckName).
+	nameOnly bool
+}
+
 // addEntryChecks is what adding name to directory d requires (create,
-// link, and the directory side of both). It returns 0 when the entry can
-// be added now, StatusLocked to wait, or the errno. dirIsNew says the
-// entry is a directory (d gains a link).
-func (p *partition) addEntryChecks(d *inode, name string, c *wire.Cred, newIsDir bool) wire.Status {
+// link, and the directory side of both), in Linux's order. It returns
+// StatusOK when the entry can be added now, StatusLocked to wait, or the
+// errno.
+func (p *partition) addEntryChecks(d *inode, name string, c *wire.Cred, chk addCheck) wire.Status {
 	switch {
 	case d == nil:
 		return status(syscall.ENOENT)
@@ -47,11 +61,15 @@ func (p *partition) addEntryChecks(d *inode, name string, c *wire.Cred, newIsDir
 		return wire.StatusLocked
 	case d.dir.get(name) != nil:
 		return status(syscall.EEXIST)
+	case chk.nameOnly:
+		return wire.StatusOK
+	case chk.linkDenied:
+		return status(syscall.EPERM)
 	case d.dead():
 		return status(syscall.ENOENT)
 	case !permits(&d.rec, c, wire.AccessWrite):
 		return status(syscall.EACCES)
-	case newIsDir && d.rec.Nlink >= maxLinks:
+	case chk.newIsDir && d.rec.Nlink >= p.svc.cfg.MaxLinks:
 		return status(syscall.EMLINK)
 	}
 	return wire.StatusOK
@@ -108,7 +126,7 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 	if !m.Initialized() {
 		return fail(wire.StatusNotReady)
 	}
-	p, st := s.partition(ctx, m.NewInodePartition(q.Parent, q.Name))
+	p, st := s.partitionForNew(ctx, m.NewInodePartition(q.Parent, q.Name))
 	if st != wire.StatusOK {
 		return fail(st)
 	}
@@ -154,7 +172,7 @@ func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, na
 	var d *inode
 	for {
 		d = p.inodes[parent]
-		st := p.addEntryChecks(d, name, r.cred, typ == wire.ModeDir)
+		st := p.addEntryChecks(d, name, r.cred, addCheck{newIsDir: typ == wire.ModeDir})
 		if st == wire.StatusOK {
 			break
 		}
@@ -228,6 +246,25 @@ func intentRecord(in *wire.IntentRecord, res result) wire.Record {
 	return &wire.RequestRecord{ClientID: in.ClientID, Incarnation: in.Incarnation, Seq: in.Seq, Status: res.status, Reply: res.bytes()}
 }
 
+// mayLink is may_linkat with fs.protected_hardlinks = 1 (Debian's
+// default, and what every client gets, since a client that does not go
+// through a kernel, such as the native API, would otherwise skip it): a
+// caller may hard-link an inode it owns, or as root, or a regular file
+// that is neither setuid nor a setgid executable and that it may read
+// and write (safe_hardlink_source).
+func mayLink(r *wire.InodeRecord, c *wire.Cred) bool {
+	if ownerOrRoot(r, c) {
+		return true
+	}
+	switch {
+	case r.Mode&wire.ModeType != wire.ModeRegular,
+		r.Mode&wire.ModeSetuid != 0,
+		r.Mode&(wire.ModeSetgid|0o010) == wire.ModeSetgid|0o010:
+		return false
+	}
+	return permits(r, c, wire.AccessRead|wire.AccessWrite)
+}
+
 func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) result {
 	if e := checkName(q.NewName); e != 0 {
 		return fail(status(e))
@@ -252,14 +289,20 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 			return fail(status(syscall.EPERM))
 		case n.gone() || n.rec.Nlink == 0:
 			return fail(status(syscall.ENOENT))
-		case n.rec.Nlink >= maxLinks:
+		case n.rec.Nlink >= s.cfg.MaxLinks:
 			return fail(status(syscall.EMLINK))
 		}
+		denied := !mayLink(&n.rec, r.cred)
 		if cluster.PartitionOf(q.NewParent) != p.id {
+			if denied {
+				// Linux checks the directory and the name first: ask
+				// its owner, changing nothing.
+				return p.linkDenied(ctx, r, q)
+			}
 			break
 		}
 		d := p.inodes[q.NewParent]
-		st = p.addEntryChecks(d, q.NewName, r.cred, false)
+		st = p.addEntryChecks(d, q.NewName, r.cred, addCheck{linkDenied: denied})
 		if st == wire.StatusLocked {
 			if err := p.wait(ctx); err != nil {
 				return waitFailed()
@@ -290,6 +333,24 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 		return fail(wire.StatusInternal)
 	}
 	return p.finishLink(in)
+}
+
+// linkDenied answers a link that protected_hardlinks refuses, when the
+// directory lives elsewhere: its owner's answer to the checks Linux makes
+// first (ENOENT, ENOTDIR, EACCES, EEXIST), else EPERM. The caller holds
+// p.mu exclusively; it is released while the peer answers.
+func (p *partition) linkDenied(ctx context.Context, r *request, q *wire.LinkRequest) result {
+	req := &wire.EntryAddRequest{Dir: q.NewParent, Name: q.NewName, Ino: q.Ino, Flags: wire.EntryAddCheckName}
+	p.mu.Unlock()
+	rh, err := p.svc.peer(ctx, wire.OpEntryAdd, cluster.PartitionOf(q.NewParent), *r.cred, req, &wire.EntryAddReply{})
+	p.mu.Lock()
+	switch {
+	case err != nil:
+		return waitFailed()
+	case rh.Status != wire.StatusOK:
+		return fail(peerStatus(rh.Status))
+	}
+	return fail(status(syscall.EPERM))
 }
 
 // finishLink runs a link intent to its end (also after a restart). The

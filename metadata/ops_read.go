@@ -239,16 +239,20 @@ const (
 	xattrSystem   = "system."
 )
 
-// checkXattrName applies the name rules: ERANGE for an empty or too long
-// name, EOPNOTSUPP for a namespace octofs does not keep (system.*: POSIX
-// ACLs are not supported) or an unknown one.
+// checkXattrName applies the name rules in the VFS's order: ERANGE for an
+// empty or too long name; EINVAL for a namespace prefix with nothing
+// after it ("user.": xattr_resolve_name); EOPNOTSUPP for a namespace
+// octofs does not keep (system.*: POSIX ACLs are not supported) or an
+// unknown one.
 func checkXattrName(name string) syscall.Errno {
 	switch {
 	case name == "" || len(name) > wire.MaxXattrNameLen:
 		return syscall.ERANGE
-	case strings.HasPrefix(name, xattrUser) && len(name) > len(xattrUser),
-		strings.HasPrefix(name, xattrTrusted) && len(name) > len(xattrTrusted),
-		strings.HasPrefix(name, xattrSecurity) && len(name) > len(xattrSecurity):
+	case name == xattrUser || name == xattrTrusted || name == xattrSecurity:
+		return syscall.EINVAL
+	case strings.HasPrefix(name, xattrUser),
+		strings.HasPrefix(name, xattrTrusted),
+		strings.HasPrefix(name, xattrSecurity):
 		return 0
 	}
 	return syscall.EOPNOTSUPP

@@ -302,7 +302,7 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 	if !exchange && tIsDir && !ta.Empty {
 		return t.failed(status(syscall.ENOTEMPTY)), false
 	}
-	if !sameDir && sIsDir && !tIsDir && dpAttr.Nlink >= maxLinks {
+	if !sameDir && sIsDir && !tIsDir && dpAttr.Nlink >= s.cfg.MaxLinks {
 		return t.failed(status(syscall.EMLINK)), false
 	}
 

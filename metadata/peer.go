@@ -43,13 +43,16 @@ func (s *Service) entryAdd(ctx context.Context, r *request, q *wire.EntryAddRequ
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if a, found := p.txAnswer(q.Txn, q.Watermark); found {
-		return a
+	nameOnly := q.Flags&wire.EntryAddCheckName != 0
+	if !nameOnly {
+		if a, found := p.txAnswer(q.Txn, q.Watermark); found {
+			return a
+		}
 	}
 	var d *inode
 	for {
 		d = p.inodes[q.Dir]
-		st = p.addEntryChecks(d, q.Name, r.cred, q.Type == wire.ModeDir)
+		st = p.addEntryChecks(d, q.Name, r.cred, addCheck{newIsDir: q.Type == wire.ModeDir, nameOnly: nameOnly})
 		if st == wire.StatusOK {
 			break
 		}
@@ -59,6 +62,9 @@ func (s *Service) entryAdd(ctx context.Context, r *request, q *wire.EntryAddRequ
 		if err := p.wait(ctx); err != nil {
 			return waitFailed()
 		}
+	}
+	if nameOnly {
+		return ok(&wire.EntryAddReply{DirMode: d.rec.Mode, DirUID: d.rec.UID, DirGID: d.rec.GID})
 	}
 	now := wire.TimespecOf(s.now())
 	recs := addEntryRecords(d, q.Name, q.Ino, q.Type, now)

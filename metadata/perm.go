@@ -46,14 +46,28 @@ func stickyBlocks(dir *wire.InodeRecord, victimUID uint32, c *wire.Cred) bool {
 	return dir.Mode&wire.ModeSticky != 0 && !c.IsRoot() && c.UID != dir.UID && c.UID != victimUID
 }
 
-// killPrivs clears setuid, and setgid when group execute is set, as a
-// write or chown by cred does (unless cred has CAP_FSETID, for writes).
-func killPrivs(mode uint32) uint32 {
+// killPrivs is mode after a chown, write or truncation by c of an inode
+// whose group is gid (before the change), as Linux since 6.2 clears the
+// bits (setattr_should_drop_sgid): setuid always; setgid when group
+// execute is set (a setgid executable), or when c is neither in the
+// group nor root (CAP_FSETID) — without group execute the bit means
+// mandatory locking, which only a member may keep.
+func killPrivs(mode, gid uint32, c *wire.Cred) uint32 {
 	mode &^= wire.ModeSetuid
-	if mode&0o010 != 0 {
+	if mode&0o010 != 0 || (!c.IsRoot() && !c.InGroup(gid)) {
 		mode &^= wire.ModeSetgid
 	}
 	return mode
+}
+
+// writeKillPrivs is the mode of r after a write or truncation by c
+// (should_remove_suid): only a regular file loses bits, and only to a
+// caller without CAP_FSETID (not root).
+func writeKillPrivs(r *wire.InodeRecord, c *wire.Cred) uint32 {
+	if c.IsRoot() || r.Mode&wire.ModeType != wire.ModeRegular {
+		return r.Mode
+	}
+	return killPrivs(r.Mode, r.GID, c)
 }
 
 // checkName applies Linux's rules for a new or looked-up entry name.

@@ -249,3 +249,79 @@ func TestModeBits(t *testing.T) {
 		require.Equal(t, uint64(100), a.Size)
 	})
 }
+
+// TestKillPrivs: what a write, a truncation, an O_TRUNC open, a
+// FATTR_KILL_SUIDGID setattr and a chown leave of setuid and setgid, by
+// Linux's rules since 6.2: setuid always goes (a write or truncation by
+// root keeps both); setgid goes when group execute is set, or when the
+// caller is not in the file's group (the group before a chown). The file
+// belongs to alice and group 500; member is in group 500, bob is not.
+func TestKillPrivs(t *testing.T) {
+	f := newFixture(t)
+	member := wire.Cred{UID: 1005, GID: 1005, Groups: []uint32{500}}
+	ops := map[string]func(c wire.Cred, ino uint64) (wire.Attr, error){
+		"write": func(c wire.Cred, ino uint64) (wire.Attr, error) {
+			return f.cl.WriteCommit(bg, c, ino, 10, wire.Timespec{})
+		},
+		"truncate": func(c wire.Cred, ino uint64) (wire.Attr, error) {
+			return f.cl.SetAttr(bg, c, wire.SetAttrRequest{Ino: ino, Valid: wire.SetSize, Size: 3})
+		},
+		"kill flag": func(c wire.Cred, ino uint64) (wire.Attr, error) {
+			return f.cl.SetAttr(bg, c, wire.SetAttrRequest{Ino: ino, Valid: wire.SetKillSuidGid})
+		},
+		"open O_TRUNC": func(c wire.Cred, ino uint64) (wire.Attr, error) {
+			if _, err := f.cl.WriteCommit(bg, root, ino, 10, wire.Timespec{}); err != nil {
+				return wire.Attr{}, err
+			}
+			a, err := f.cl.Open(bg, c, ino, 0, wire.OpenWriteOnly|wire.OpenTrunc, false)
+			if err == nil {
+				err = f.cl.Release(bg, ino, wire.OpenWriteOnly)
+			}
+			return a, err
+		},
+		"chgrp to the caller's group": func(c wire.Cred, ino uint64) (wire.Attr, error) {
+			// The owner is alice: let the caller own it first, keeping
+			// the bits (root's chown keeps setgid without group execute).
+			a := f.attr(ino)
+			if _, err := f.cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: ino, Valid: wire.SetUID, UID: c.UID}); err != nil {
+				return wire.Attr{}, err
+			}
+			if _, err := f.cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: ino, Valid: wire.SetMode, Mode: a.Mode & wire.ModePerm}); err != nil {
+				return wire.Attr{}, err
+			}
+			return f.cl.SetAttr(bg, c, wire.SetAttrRequest{Ino: ino, Valid: wire.SetGID, GID: c.GID})
+		},
+	}
+	tests := map[string]struct {
+		op     string
+		caller wire.Cred
+		mode   uint32
+		want   uint32
+	}{
+		"write by a non-member: setgid without group execute goes": {"write", bob, 0o2767, 0o767},
+		"write by a member: setgid without group execute stays":    {"write", member, 0o2767, 0o2767},
+		"write by a member: setuid goes, setgid stays":             {"write", member, 0o6767, 0o2767},
+		"write by a member: setgid with group execute goes":        {"write", member, 0o2777, 0o777},
+		"write by root keeps both":                                 {"write", root, 0o6767, 0o6767},
+		"truncate by a non-member":                                 {"truncate", bob, 0o2767, 0o767},
+		"truncate by a member":                                     {"truncate", member, 0o2767, 0o2767},
+		"kill flag by a non-member":                                {"kill flag", bob, 0o6766, 0o766},
+		"kill flag by a member":                                    {"kill flag", member, 0o6766, 0o2766},
+		"O_TRUNC by a non-member":                                  {"open O_TRUNC", bob, 0o2766, 0o766},
+		"O_TRUNC by a member":                                      {"open O_TRUNC", member, 0o2766, 0o2766},
+		"chgrp by an owner outside the old group":                  {"chgrp to the caller's group", bob, 0o2745, 0o745},
+		"chgrp by an owner in the old group":                       {"chgrp to the caller's group", member, 0o2745, 0o2745},
+		"chgrp by an owner in the old group, setuid goes":          {"chgrp to the caller's group", member, 0o6745, 0o2745},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			a := f.file(rootIno, name, 0o644, wire.Cred{UID: alice.UID, GID: 500})
+			f.chown(a.Ino, wire.Cred{UID: alice.UID, GID: 500}, tc.mode)
+			require.Equal(t, wire.ModeRegular|tc.mode, f.attr(a.Ino).Mode)
+			got, err := ops[tc.op](tc.caller, a.Ino)
+			require.NoError(t, err)
+			require.Equal(t, wire.ModeRegular|tc.want, got.Mode, "answered mode")
+			require.Equal(t, wire.ModeRegular|tc.want, f.attr(a.Ino).Mode, "stored mode")
+		})
+	}
+}

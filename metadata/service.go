@@ -84,6 +84,11 @@ type Config struct {
 	RewriteRatio    int64
 	// ReadDirBytes is the default reply budget of readdir (64 KiB).
 	ReadDirBytes uint32
+	// MaxLinks is the largest link count of a file, and of a directory
+	// (2 plus its subdirectories), past which link, mkdir and rename
+	// answer EMLINK (default DefaultMaxLinks, ext4's 65000). Tests
+	// lower it.
+	MaxLinks uint32
 }
 
 // Service is a node's namespace service.
@@ -156,6 +161,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ReadDirBytes == 0 {
 		cfg.ReadDirBytes = 64 << 10
+	}
+	if cfg.MaxLinks == 0 {
+		cfg.MaxLinks = DefaultMaxLinks
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -245,14 +253,32 @@ func (s *Service) owns(p uint32) bool {
 	return m.Partitions[p] == s.cfg.Node
 }
 
-// partition returns partition id, opening it (and creating its log,
-// after pinning it) on first use. It answers StatusWrongOwner when the
-// map does not give the partition to this node.
+// partition returns partition id for a request about what it holds,
+// opening it on first use. It answers StatusWrongOwner when the map does
+// not give the partition to this node. A partition this node owns but
+// has no log of holds nothing yet: it is answered by an empty partition
+// that is not kept, so that a request naming an inode there (stale, or
+// made up) neither pins the partition nor creates its log; only
+// partitionForNew does.
 func (s *Service) partition(ctx context.Context, id uint32) (*partition, wire.Status) {
+	return s.partitionFor(ctx, id, id == cluster.PartitionOf(cluster.RootInode))
+}
+
+// partitionForNew is partition for a request that creates an inode in
+// partition id: the partition's log is created (after pinning it) if it
+// has none.
+func (s *Service) partitionForNew(ctx context.Context, id uint32) (*partition, wire.Status) {
+	return s.partitionFor(ctx, id, true)
+}
+
+func (s *Service) partitionFor(ctx context.Context, id uint32, create bool) (*partition, wire.Status) {
 	if !s.owns(id) {
 		return nil, wire.StatusWrongOwner
 	}
-	p, err := s.openPartition(ctx, id, true)
+	p, err := s.openPartition(ctx, id, create)
+	if errors.Is(err, errNoLog) {
+		return newPartition(s, id, nil), wire.StatusOK
+	}
 	if err == nil {
 		if err = p.failed(); err != nil {
 			return nil, wire.StatusInternal
@@ -269,40 +295,50 @@ func (s *Service) partition(ctx context.Context, id uint32) (*partition, wire.St
 	return p, wire.StatusOK
 }
 
+// errNoLog: the partition has no log and the caller did not ask for one.
+var errNoLog = errors.New("metadata: the partition has no log")
+
+// openPartition returns partition id, loading its log, or creating it
+// (after pinning the partition) when create is set, on first use.
 func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*partition, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
-	}
-	slot := s.parts[id]
-	if slot != nil {
-		s.mu.Unlock()
-		select {
-		case <-slot.ready:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		if slot.err != nil {
-			return nil, slot.err
-		}
-		return slot.p, nil
-	}
-	slot = &partSlot{ready: make(chan struct{})}
-	s.parts[id] = slot
-	s.mu.Unlock()
-	slot.p, slot.err = s.loadPartition(ctx, id, create)
-	if slot.err != nil {
-		// Let a later request try again.
+	for {
 		s.mu.Lock()
-		delete(s.parts, id)
+		if s.closed {
+			s.mu.Unlock()
+			return nil, ErrClosed
+		}
+		slot := s.parts[id]
+		if slot != nil {
+			s.mu.Unlock()
+			select {
+			case <-slot.ready:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if errors.Is(slot.err, errNoLog) && create {
+				continue // a reader found no log; this caller makes one
+			}
+			if slot.err != nil {
+				return nil, slot.err
+			}
+			return slot.p, nil
+		}
+		slot = &partSlot{ready: make(chan struct{})}
+		s.parts[id] = slot
 		s.mu.Unlock()
+		slot.p, slot.err = s.loadPartition(ctx, id, create)
+		if slot.err != nil {
+			// Let a later request try again.
+			s.mu.Lock()
+			delete(s.parts, id)
+			s.mu.Unlock()
+		}
+		close(slot.ready)
+		if slot.err == nil {
+			s.recoverPartition(slot.p)
+		}
+		return slot.p, slot.err
 	}
-	close(slot.ready)
-	if slot.err == nil {
-		s.recoverPartition(slot.p)
-	}
-	return slot.p, slot.err
 }
 
 func (s *Service) loadPartition(ctx context.Context, id uint32, create bool) (*partition, error) {
@@ -310,7 +346,7 @@ func (s *Service) loadPartition(ctx context.Context, id uint32, create bool) (*p
 	exists := slices.Contains(s.cfg.Store.IDs(), lid)
 	if !exists {
 		if !create {
-			return nil, fmt.Errorf("metadata: partition %d has no log", id)
+			return nil, fmt.Errorf("partition %d: %w", id, errNoLog)
 		}
 		if s.cfg.Pin != nil {
 			if err := s.cfg.Pin(ctx, id); err != nil {
@@ -366,8 +402,8 @@ func (s *Service) loaded() []*partition {
 	return out
 }
 
-// localPartition returns partition id if this node owns it and has it
-// open (opening it if needed).
+// localPartition returns partition id if this node owns it (see
+// partition).
 func (s *Service) localPartition(ctx context.Context, id uint32) *partition {
 	p, st := s.partition(ctx, id)
 	if st != wire.StatusOK {

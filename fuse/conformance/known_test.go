@@ -11,11 +11,8 @@ package conformance
 // Findings and deviations.
 const (
 	cf1 = "CF-1: atime is never updated by reads and listings (no relatime)"
-	cf2 = "CF-2: setgid without group execute survives a write, truncate or chown by a non-member of the group"
-	cf3 = "CF-3: an xattr name that is only a namespace prefix (\"user.\") is EOPNOTSUPP, not EINVAL"
 	cf4 = "CF-4: RENAME_WHITEOUT is refused with EINVAL"
 	cf5 = "CF-5: a removed directory that is still open answers ESTALE to fstat"
-	cf6 = "CF-6: the cluster does not enforce fs.protected_hardlinks when the kernel does not check"
 	cf7 = "CF-7: O_TMPFILE is not supported (EOPNOTSUPP)"
 	d1  = "D-1: FUSE does not tell the file system about chown(-1, -1) (an empty SETATTR): no setuid clearing, no EPERM, no ctime update"
 )
@@ -120,24 +117,19 @@ var memoryKnown = map[string]string{
 
 // clusterKnown are the real cluster's, through a default mount.
 var clusterKnown = map[string]string{
-	"chown/-1 -1 by someone else":                        d1,
-	"chown/-1 -1 by the owner":                           d1,
-	"chown/-1 -1 of a plain file":                        d1,
-	"chown/setgid without group execute by a non-member": cf2,
-	"open/O_TMPFILE":                                     cf7,
-	"readdir/updates atime":                              cf1,
-	"rename/whiteout":                                    cf4,
-	"rmdir/an open directory":                            cf5,
-	"times/read updates atime (relatime)":                cf1,
-	"write/setgid without group execute":                 cf2,
-	"xattr/name lengths":                                 cf3,
+	"chown/-1 -1 by someone else":         d1,
+	"chown/-1 -1 by the owner":            d1,
+	"chown/-1 -1 of a plain file":         d1,
+	"open/O_TMPFILE":                      cf7,
+	"readdir/updates atime":               cf1,
+	"rename/whiteout":                     cf4,
+	"rmdir/an open directory":             cf5,
+	"times/read updates atime (relatime)": cf1,
 }
 
 // serverKnown are the real cluster's with ServerPermissions (no
 // default_permissions: every check is the cluster's).
-var serverKnown = withEntries(clusterKnown, map[string]string{
-	"link/protected hardlinks": cf6,
-})
+var serverKnown = withEntries(clusterKnown, map[string]string{})
 
 func withEntries(base, more map[string]string) map[string]string {
 	out := make(map[string]string, len(base)+len(more))

@@ -227,6 +227,28 @@ func NewReply(op Op) Body {
 	return nil
 }
 
+// Optional trailing fields. A message extended after its first release
+// carries a new last field only when it is not zero, and a decoder reads
+// it when bytes remain, refusing a zero there so that every message has
+// one encoding. A sender of the older form is understood (the field is
+// zero), and the messages and records of the older form keep their bytes.
+func putOptional32(e *codec.Encoder, v uint32) {
+	if v != 0 {
+		e.U32(v)
+	}
+}
+
+func optional32(d *codec.Decoder, what string) uint32 {
+	if d.Err() != nil || d.Remaining() == 0 {
+		return 0
+	}
+	v := d.U32()
+	if d.Err() == nil && v == 0 {
+		d.Fail("%s present as zero", what)
+	}
+	return v
+}
+
 // Empty is the body of requests and replies that carry nothing.
 type Empty struct{}
 
@@ -813,7 +835,8 @@ func (r *KeepAliveReply) decode(d *codec.Decoder) { r.LeaseMillis = d.U32() }
 // is absent or already names Ino, for the coordinator of Txn (a creation
 // or a link). The header's Cred must be allowed to write Dir. Watermark:
 // every transaction of Txn.Partition below it is finished, so the
-// participant may forget their outcomes.
+// participant may forget their outcomes. Flags (EntryAddCheckName) is an
+// optional trailing field.
 type EntryAddRequest struct {
 	Txn       TxnID
 	Watermark uint64
@@ -821,7 +844,20 @@ type EntryAddRequest struct {
 	Name      string
 	Ino       uint64
 	Type      uint32
+	Flags     uint32
 }
+
+// EntryAdd flags.
+const (
+	// EntryAddCheckName asks only for the checks Linux makes of the
+	// directory and the name before a link's protected_hardlinks check
+	// (the directory exists, search permission, the name is free),
+	// changing nothing and recording nothing: the coordinator of a link
+	// that check refuses learns whether one of them answers first.
+	EntryAddCheckName uint32 = 1 << 0
+
+	entryAddFlagsAll = EntryAddCheckName<<1 - 1
+)
 
 func (r *EntryAddRequest) encode(e *codec.Encoder) {
 	r.Txn.encode(e)
@@ -830,6 +866,7 @@ func (r *EntryAddRequest) encode(e *codec.Encoder) {
 	e.String16(r.Name)
 	e.U64(r.Ino)
 	e.U32(r.Type)
+	putOptional32(e, r.Flags)
 }
 
 func (r *EntryAddRequest) decode(d *codec.Decoder) {
@@ -839,6 +876,10 @@ func (r *EntryAddRequest) decode(d *codec.Decoder) {
 	r.Name = d.String16(decodeMaxName)
 	r.Ino = d.U64()
 	r.Type = d.U32()
+	r.Flags = optional32(d, "entry-add flags")
+	if d.Err() == nil && r.Flags&^entryAddFlagsAll != 0 {
+		d.Fail("entry-add flags %#x", r.Flags)
+	}
 }
 
 // EntryAddReply carries what a creation inherits from the directory.
