@@ -280,3 +280,47 @@ func TestStatFSAndNull(t *testing.T) {
 	require.Equal(t, syscall.ENODATA, err)
 	require.True(t, bytes.Equal(nil, v))
 }
+
+// TestLinkLimit: past the link limit, link, mkdir and a rename that
+// moves a directory to another parent answer EMLINK and change nothing;
+// under it they succeed. The limit is lowered to 4 so the test is quick;
+// the default is ext4's 65000.
+func TestLinkLimit(t *testing.T) {
+	const limit = 4
+	c := metatest.Start(t, metatest.Config{Service: func(_ int, cfg *metadata.Config) { cfg.MaxLinks = limit }})
+	cl := c.Client()
+	f := &fixture{t: t, cl: cl}
+
+	file := f.file(rootIno, "f", 0o644, root)
+	for i := 2; i <= limit; i++ {
+		a, err := cl.Link(bg, root, file.Ino, rootIno, fmt.Sprintf("f%d", i))
+		require.NoError(t, err)
+		require.Equal(t, uint32(i), a.Nlink)
+	}
+	_, err := cl.Link(bg, root, file.Ino, rootIno, "one-too-many")
+	require.ErrorIs(t, err, syscall.EMLINK)
+	require.Equal(t, uint32(limit), f.attr(file.Ino).Nlink)
+	_, err = cl.Lookup(bg, root, rootIno, "one-too-many")
+	require.ErrorIs(t, err, syscall.ENOENT, "a refused link left an entry")
+
+	// A directory has 2 links plus one per subdirectory.
+	d := f.mkdir(rootIno, "d", 0o755, root)
+	for i := 0; i < limit-2; i++ {
+		_, err := cl.Mkdir(bg, root, d.Ino, fmt.Sprintf("sub%d", i), 0o755)
+		require.NoError(t, err)
+	}
+	require.Equal(t, uint32(limit), f.attr(d.Ino).Nlink)
+	_, err = cl.Mkdir(bg, root, d.Ino, "full", 0o755)
+	require.ErrorIs(t, err, syscall.EMLINK)
+
+	// Moving a directory into d would add a link; a file would not.
+	other := f.mkdir(rootIno, "other", 0o755, root)
+	_, err = cl.Mkdir(bg, root, other.Ino, "mover", 0o755)
+	require.NoError(t, err)
+	err = cl.Rename(bg, root, wire.RenameRequest{SrcParent: other.Ino, SrcName: "mover", DstParent: d.Ino, DstName: "mover"})
+	require.ErrorIs(t, err, syscall.EMLINK)
+	_, err = cl.Lookup(bg, root, other.Ino, "mover")
+	require.NoError(t, err, "a refused rename moved the directory")
+	require.NoError(t, cl.Rename(bg, root, wire.RenameRequest{SrcParent: rootIno, SrcName: "f", DstParent: d.Ino, DstName: "f"}))
+	require.Equal(t, uint32(limit), f.attr(d.Ino).Nlink)
+}
