@@ -56,8 +56,9 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	if v&wire.SetGID != 0 && !c.IsRoot() && !(c.UID == rec.UID && (c.InGroup(q.GID) || q.GID == rec.GID)) {
 		return fail(status(syscall.EPERM))
 	}
-	if v&wire.SetKillSuidGid != 0 && v&wire.SetSize == 0 && !s.sessions.hasWriter(r.key, q.Ino) && !permits(&rec, c, wire.AccessWrite) {
-		// What a write does: only a writer may ask for it.
+	if v&wire.SetKillSuidGid != 0 && v&(wire.SetSize|wire.SetUID|wire.SetGID) == 0 && !s.sessions.hasWriter(r.key, q.Ino) && !permits(&rec, c, wire.AccessWrite) {
+		// What a write does: only a writer may ask for it alone (a
+		// chown, checked above, asks for it too).
 		return fail(status(syscall.EACCES))
 	}
 	if v&wire.SetMode != 0 && !ownerOrRoot(&rec, c) {
