@@ -254,7 +254,7 @@ func (l *link) readMore(block bool) error {
 func (l *link) readOnce(fd uintptr) bool {
 	rx := &l.rx
 	if rx.op == rxFill {
-		rx.n, rx.rerr = unix.Read(int(fd), rx.buf[rx.w:])
+		rx.n, rx.rerr = read(int(fd), rx.buf[rx.w:])
 		return !(rx.rerr == unix.EAGAIN && rx.block)
 	}
 	ok, err := l.beginPlace()
@@ -264,7 +264,7 @@ func (l *link) readOnce(fd uintptr) bool {
 	}
 	if !ok { // the destination went away: read into the buffer, to discard
 		rx.inSpans = 0
-		rx.n, rx.rerr = unix.Read(int(fd), rx.buf)
+		rx.n, rx.rerr = read(int(fd), rx.buf)
 		return !(rx.rerr == unix.EAGAIN && rx.block)
 	}
 	bufs := rx.bufs[:0]

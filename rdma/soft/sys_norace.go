@@ -50,13 +50,5 @@ func readv(fd int, bufs [][]byte, iov []unix.Iovec) (int, error) {
 	return int(n), nil
 }
 
-func fillIov(bufs [][]byte, iov []unix.Iovec) []unix.Iovec {
-	iov = iov[:0]
-	for _, b := range bufs {
-		if len(b) > 0 {
-			iov = append(iov, unix.Iovec{Base: &b[0]})
-			iov[len(iov)-1].SetLen(len(b))
-		}
-	}
-	return iov
-}
+// read is one non-blocking read(2) from fd into b.
+func read(fd int, b []byte) (int, error) { return unix.Read(fd, b) }
