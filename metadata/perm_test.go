@@ -259,6 +259,21 @@ func TestModeBits(t *testing.T) {
 func TestKillPrivs(t *testing.T) {
 	f := newFixture(t)
 	member := wire.Cred{UID: 1005, GID: 1005, Groups: []uint32{500}}
+	// chgrp lets the caller own the file (root's chown keeps setgid
+	// without group execute, so the bits are set again) and has it change
+	// the group to its own, with extra set in the request's Valid.
+	chgrp := func(extra uint32) func(c wire.Cred, ino uint64) (wire.Attr, error) {
+		return func(c wire.Cred, ino uint64) (wire.Attr, error) {
+			a := f.attr(ino)
+			if _, err := f.cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: ino, Valid: wire.SetUID, UID: c.UID}); err != nil {
+				return wire.Attr{}, err
+			}
+			if _, err := f.cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: ino, Valid: wire.SetMode, Mode: a.Mode & wire.ModePerm}); err != nil {
+				return wire.Attr{}, err
+			}
+			return f.cl.SetAttr(bg, c, wire.SetAttrRequest{Ino: ino, Valid: wire.SetGID | extra, GID: c.GID})
+		}
+	}
 	ops := map[string]func(c wire.Cred, ino uint64) (wire.Attr, error){
 		"write": func(c wire.Cred, ino uint64) (wire.Attr, error) {
 			return f.cl.WriteCommit(bg, c, ino, 10, wire.Timespec{})
@@ -279,18 +294,10 @@ func TestKillPrivs(t *testing.T) {
 			}
 			return a, err
 		},
-		"chgrp to the caller's group": func(c wire.Cred, ino uint64) (wire.Attr, error) {
-			// The owner is alice: let the caller own it first, keeping
-			// the bits (root's chown keeps setgid without group execute).
-			a := f.attr(ino)
-			if _, err := f.cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: ino, Valid: wire.SetUID, UID: c.UID}); err != nil {
-				return wire.Attr{}, err
-			}
-			if _, err := f.cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: ino, Valid: wire.SetMode, Mode: a.Mode & wire.ModePerm}); err != nil {
-				return wire.Attr{}, err
-			}
-			return f.cl.SetAttr(bg, c, wire.SetAttrRequest{Ino: ino, Valid: wire.SetGID, GID: c.GID})
-		},
+		// The kernel adds the kill flag to every chown; a chown is no
+		// write, so the owner needs no write permission for it.
+		"chgrp to the caller's group":       chgrp(0),
+		"chgrp with the kernel's kill flag": chgrp(wire.SetKillSuidGid),
 	}
 	tests := map[string]struct {
 		op     string
@@ -312,6 +319,7 @@ func TestKillPrivs(t *testing.T) {
 		"chgrp by an owner outside the old group":                  {"chgrp to the caller's group", bob, 0o2745, 0o745},
 		"chgrp by an owner in the old group":                       {"chgrp to the caller's group", member, 0o2745, 0o2745},
 		"chgrp by an owner in the old group, setuid goes":          {"chgrp to the caller's group", member, 0o6745, 0o2745},
+		"chgrp with the kill flag by an owner without write":       {"chgrp with the kernel's kill flag", member, 0o6545, 0o2545},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
