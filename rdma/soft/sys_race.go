@@ -12,12 +12,14 @@ import (
 // With the race detector, every write to a descriptor happens before
 // every later read from one (ioSync), as x/sys's Writev and Readv say; a
 // round trip over a link then orders the two sides' memory accesses as
-// it does in fact. Unlike x/sys, writev reports its reads of the buffers
-// before it publishes, not after the system call: a READ response sent
-// from a region happens before a later WRITE into the same bytes that
-// arrived on another link because of it. Without that, the detector saw
-// a race between a READ's response and a WRITE that the application had
-// ordered after it (one client's read, then another's write).
+// it does in fact. Every read and write of the package goes through here,
+// so that they share the one sync point (x/sys's is its own). Unlike
+// x/sys, writev reports its reads of the buffers before it publishes, not
+// after the system call: a READ response sent from a region happens
+// before a later WRITE into the same bytes that arrived on another link
+// because of it. Without that, the detector saw a race between a READ's
+// response and a WRITE that the application had ordered after it (one
+// client's read, then another's write).
 
 var ioSync byte
 
@@ -28,30 +30,16 @@ func writev(fd int, bufs [][]byte, iov []unix.Iovec, _ []byte) (int, error) {
 		}
 	}
 	runtime.RaceReleaseMerge(unsafe.Pointer(&ioSync))
-	iov = fillIov(bufs, iov)
-	if len(iov) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-	clear(iov)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
+	return vectored(unix.SYS_WRITEV, fd, bufs, iov)
 }
 
 func readv(fd int, bufs [][]byte, iov []unix.Iovec) (int, error) {
-	iov = fillIov(bufs, iov)
-	if len(iov) == 0 {
-		return 0, nil
-	}
-	n, _, e := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
-	clear(iov)
-	if e != 0 {
-		return 0, e
+	n, err := vectored(unix.SYS_READV, fd, bufs, iov)
+	if err != nil {
+		return 0, err
 	}
 	runtime.RaceAcquire(unsafe.Pointer(&ioSync))
-	left := int(n)
+	left := n
 	for _, b := range bufs {
 		if left == 0 {
 			break
@@ -62,7 +50,7 @@ func readv(fd int, bufs [][]byte, iov []unix.Iovec) (int, error) {
 		}
 		left -= k
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // read is readv of one buffer, so that every read acquires ioSync.
