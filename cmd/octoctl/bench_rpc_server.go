@@ -56,11 +56,15 @@ func serveBenchRPC(ctx context.Context, o *benchRPCOptions, out io.Writer) error
 		return err
 	}
 	defer srv.Close()
-	srv.Handle(benchRPCNull, func(context.Context, *rpc.Call) ([]byte, error) { return nil, nil })
-	srv.Handle(benchRPCEcho, func(_ context.Context, c *rpc.Call) ([]byte, error) {
+	// Both answer on the worker, as the TCP baseline's server answers on
+	// its connection's goroutine (and as octofs serves short reads).
+	null := func(context.Context, *rpc.Call) ([]byte, error) { return nil, nil }
+	echo := func(_ context.Context, c *rpc.Call) ([]byte, error) {
 		// The payload is only valid until the handler returns.
 		return append([]byte(nil), c.Payload...), nil
-	})
+	}
+	srv.HandleInline(benchRPCNull, null, null)
+	srv.HandleInline(benchRPCEcho, echo, echo)
 	ln, err := rdma.Listen(pd, o.listen)
 	if err != nil {
 		return err

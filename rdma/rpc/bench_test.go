@@ -44,8 +44,13 @@ func benchCalls(b *testing.B, op uint16, payload []byte, depth int) {
 }
 
 func BenchmarkNullCall(b *testing.B) {
-	for _, depth := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("depth%d", depth), func(b *testing.B) { benchCalls(b, opNull, nil, depth) })
+	for _, h := range []struct {
+		name string
+		op   uint16
+	}{{"goroutine", opNull}, {"inline", opInline}} {
+		for _, depth := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("%s/depth%d", h.name, depth), func(b *testing.B) { benchCalls(b, h.op, nil, depth) })
+		}
 	}
 }
 

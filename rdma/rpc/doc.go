@@ -69,11 +69,19 @@
 // # Threading
 //
 // Server: Workers goroutines, each waiting on a completion queue shared by
-// the connections assigned to it. A worker parses requests, answers
-// refusals itself, and starts each call on a goroutine of its own (bounded
-// by MaxHandlers), so a handler that waits on another node never blocks a
-// worker; that goroutine READs a large request, runs the handler and posts
-// the reply. Each connection has a watcher goroutine that tears it down
+// the connections assigned to it (one connection each while there are no
+// more connections than workers, so that a provider that reads the
+// network on the waiting goroutine, as the soft provider does for a
+// completion queue with one queue pair, needs no hand-off). A worker
+// parses requests, answers refusals itself, and starts each call on a
+// goroutine of its own (bounded by MaxHandlers), so a handler that waits
+// on another node never blocks a worker; that goroutine READs a large
+// request, runs the handler and posts the reply. An op registered with
+// HandleInline is first tried on the worker: a short read answers
+// without any hand-off, and an attempt that would wait gives up
+// (ErrNotInline) and goes to a goroutine like any other call. The replies
+// a worker makes for one batch of completions are posted together (one
+// write on the soft provider). Each connection has a watcher goroutine that tears it down
 // when the peer goes away, the protocol is broken, or the server closes.
 //
 // Client: no goroutine of its own on the call path. The callers of one

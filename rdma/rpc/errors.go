@@ -35,6 +35,10 @@ var (
 	ErrProtocol = errors.New("rpc: protocol violation")
 	// ErrConfig: a configuration is invalid.
 	ErrConfig = errors.New("rpc: invalid configuration")
+	// ErrNotInline is what an inline handler (Server.HandleInline)
+	// returns to be run again on a goroutine of its own, where it may
+	// wait; it must not have changed anything.
+	ErrNotInline = errors.New("rpc: the handler must run on its own goroutine")
 )
 
 // StatusError is a reply whose status is not StatusOK. errors.Is matches

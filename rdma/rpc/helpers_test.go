@@ -26,6 +26,10 @@ const (
 	opPanic uint16 = 6 // panics
 	opSized uint16 = 7 // replies with as many bytes as the 4-byte payload says
 	opBusy  uint16 = 8 // returns ErrBusy
+	// opInline is tried on the worker (HandleInline) and replies
+	// "inline"; with the payload "wait" the attempt gives up, and its
+	// goroutine handler replies "goroutine".
+	opInline uint16 = 9
 )
 
 // testServer is a Server behind a listener on a soft device of its own,
@@ -83,6 +87,12 @@ func (ts *testServer) register() {
 	s := ts.srv
 	s.Handle(opEcho, func(_ context.Context, c *Call) ([]byte, error) { return append([]byte(nil), c.Payload...), nil })
 	s.Handle(opNull, func(context.Context, *Call) ([]byte, error) { return nil, nil })
+	s.HandleInline(opInline, func(_ context.Context, c *Call) ([]byte, error) {
+		if string(c.Payload) == "wait" {
+			return nil, ErrNotInline
+		}
+		return []byte("inline"), nil
+	}, func(context.Context, *Call) ([]byte, error) { return []byte("goroutine"), nil })
 	s.Handle(opFail, func(context.Context, *Call) ([]byte, error) { return nil, errTestHandler })
 	s.Handle(opBusy, func(context.Context, *Call) ([]byte, error) { return nil, ErrBusy })
 	s.Handle(opPanic, func(context.Context, *Call) ([]byte, error) { panic("test panic") })

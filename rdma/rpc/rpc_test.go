@@ -192,6 +192,44 @@ func TestLateLargeReplyIsReleased(t *testing.T) {
 	})
 }
 
+// TestInlineHandlers: an inline handler answers on the worker, without a
+// handler slot (it succeeds while MaxHandlers handlers run); one that
+// declines (ErrNotInline) runs again on a goroutine, which takes a slot
+// like any other (busy while they are all taken, answered once one is
+// free).
+func TestInlineHandlers(t *testing.T) {
+	ts := newTestServer(t, ServerConfig{MaxHandlers: 2})
+	c := dialTest(t, ts, ClientConfig{})
+	out, err := c.Call(ctxT(t), opInline, 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, "inline", string(out))
+	out, err = c.Call(ctxT(t), opInline, 2, []byte("wait"))
+	require.NoError(t, err)
+	require.Equal(t, "goroutine", string(out))
+
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Call(ctxT(t), opBlock, uint64(10+i), nil); err != nil {
+				t.Errorf("blocked call: %v", err)
+			}
+		}()
+	}
+	ts.waitStarted(t, 2)
+	out, err = c.Call(ctxT(t), opInline, 3, nil)
+	require.NoError(t, err, "an inline call needs no handler slot")
+	require.Equal(t, "inline", string(out))
+	_, err = c.Call(ctxT(t), opInline, 4, []byte("wait"))
+	require.ErrorIs(t, err, ErrBusy, "a declined inline call needs a handler slot")
+	close(ts.release)
+	wg.Wait()
+	out, err = c.Call(ctxT(t), opInline, 5, []byte("wait"))
+	require.NoError(t, err)
+	require.Equal(t, "goroutine", string(out))
+}
+
 func TestHandlersBusy(t *testing.T) {
 	ts := newTestServer(t, ServerConfig{MaxHandlers: 2})
 	c := dialTest(t, ts, ClientConfig{})

@@ -15,7 +15,7 @@ const (
 	DefaultSlots       = 64
 	DefaultInlineSize  = 4096
 	DefaultMaxMessage  = 1 << 20
-	DefaultWorkers     = 2
+	DefaultWorkers     = 64
 	DefaultMaxHandlers = 4096
 	DefaultMaxConns    = 1024
 )
@@ -29,7 +29,11 @@ type ServerConfig struct {
 	// it, so the server registers its buffers there.
 	PD rdma.PD
 	// Workers is how many goroutines poll completion queues (one CQ
-	// each; connections are spread over them). Default 2.
+	// each; connections are spread over them). Default 64: a connection
+	// alone on its CQ is served with no hand-off between goroutines (on
+	// the soft provider its worker reads the connection's socket
+	// itself), so a server keeps one per connection up to that many
+	// connections; an idle worker costs a parked goroutine.
 	Workers int
 	// Slots is how many calls a client may have in flight on one
 	// connection (default 64, at most MaxSlots). The client uses the
@@ -131,7 +135,7 @@ type Server struct {
 	log *slog.Logger
 
 	handlersMu sync.Mutex
-	handlers   atomic.Pointer[map[uint16]Handler]
+	handlers   atomic.Pointer[map[uint16]registered]
 
 	workers []*worker
 	sem     chan struct{}
@@ -174,7 +178,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		bufs:   newBufPool(c.PD, rdma.AccessLocalWrite|rdma.AccessRemoteRead, c.LargeBudget, c.LargeBudget/4),
 		params: serverParams{Slots: c.Slots, InlineSize: c.InlineSize, MaxMessage: c.MaxMessage}.marshal(),
 	}
-	empty := map[uint16]Handler{}
+	empty := map[uint16]registered{}
 	s.handlers.Store(&empty)
 	s.perConn = s.recvsPerConn() + s.sendsPerConn()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -222,23 +226,44 @@ const signalEvery = 16
 
 // Handle registers fn for op, replacing any handler registered before.
 // It may be called while the server runs.
-func (s *Server) Handle(op uint16, fn Handler) {
+func (s *Server) Handle(op uint16, fn Handler) { s.register(op, registered{fn: fn}) }
+
+// HandleInline registers a handler for op that is first tried on the
+// worker that received the request (try), instead of on a goroutine of
+// its own: it saves the goroutine hand-off that dominates a short call's
+// server time. try must be short and must never wait on another node, a
+// client or a lock held across such a wait: while it runs, the worker
+// serves none of its other connections' calls. If it would wait it
+// returns ErrNotInline, having changed nothing, and fn serves the call on
+// a goroutine as Handle's handlers do. Large requests (those READ from
+// the client) go to fn directly. The worker posts the replies of a batch
+// of requests together once it has run them all.
+func (s *Server) HandleInline(op uint16, try, fn Handler) {
+	s.register(op, registered{fn: fn, try: try})
+}
+
+// registered is an op's handler and its inline attempt (nil if none).
+type registered struct {
+	fn, try Handler
+}
+
+func (s *Server) register(op uint16, r registered) {
 	s.handlersMu.Lock()
 	defer s.handlersMu.Unlock()
 	old := *s.handlers.Load()
-	m := make(map[uint16]Handler, len(old)+1)
+	m := make(map[uint16]registered, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
-	if fn == nil {
+	if r.fn == nil {
 		delete(m, op)
 	} else {
-		m[op] = fn
+		m[op] = r
 	}
 	s.handlers.Store(&m)
 }
 
-func (s *Server) handler(op uint16) Handler { return (*s.handlers.Load())[op] }
+func (s *Server) handler(op uint16) registered { return (*s.handlers.Load())[op] }
 
 // Accept serves the connection request req, which the caller has already
 // authenticated: peer is what handlers will see as Call.Peer. It creates
@@ -415,6 +440,8 @@ type worker struct {
 	reserved int
 	broken   bool
 	conns    map[uint32]*serverConn
+	// dirty are the connections with replies pending in this batch.
+	dirty []*serverConn
 }
 
 func (w *worker) add(c *serverConn) {
@@ -473,6 +500,11 @@ func (w *worker) run() {
 			}
 			c.complete(wc, k, idx)
 		}
+		for _, c := range w.dirty {
+			c.postPending()
+		}
+		clear(w.dirty)
+		w.dirty = w.dirty[:0]
 		w.mu.Unlock()
 	}
 }

@@ -48,6 +48,10 @@ type serverConn struct {
 	qpGone chan struct{} // closed once the queue pair is destroyed
 
 	sends atomic.Uint32
+
+	// pending are the replies the worker made during its current batch,
+	// posted together when the batch ends (worker.flushReplies).
+	pending []rdma.SendWR
 }
 
 type srvSlot struct {
@@ -297,7 +301,8 @@ func (c *serverConn) released(slot uint16, imm uint32, idx int) {
 }
 
 // request starts serving a call: a refusal is answered here, on the
-// worker; a call to run goes to a goroutine of its own.
+// worker, and so is an inline handler's call unless its attempt gives up;
+// any other call goes to a goroutine of its own.
 func (c *serverConn) request(slot uint16, imm uint32, h *header, payload []byte, idx int) {
 	c.mu.Lock()
 	if c.dead {
@@ -317,7 +322,8 @@ func (c *serverConn) request(slot uint16, imm uint32, h *header, payload []byte,
 	s := c.s
 	var refuse Status
 	var why string
-	fn := s.handler(h.Op)
+	reg := s.handler(h.Op)
+	fn := reg.fn
 	switch {
 	case s.closing.Load():
 		refuse, why = StatusShuttingDown, "the server is closing; try another node or later"
@@ -325,6 +331,8 @@ func (c *serverConn) request(slot uint16, imm uint32, h *header, payload []byte,
 		refuse, why = StatusUnknownOp, fmt.Sprintf("no handler for op %d on this server", h.Op)
 	case h.Length > uint32(s.cfg.MaxMessage):
 		refuse, why = StatusTooLarge, fmt.Sprintf("request of %d bytes, the server takes at most %d", h.Length, s.cfg.MaxMessage)
+	case reg.try != nil && !h.large() && c.serveInline(slot, imm, h, payload, idx, reg.try):
+		return
 	default:
 		select {
 		case s.sem <- struct{}{}:
@@ -369,15 +377,34 @@ func (c *serverConn) serve(slot uint16, imm uint32, h header, payload []byte, id
 	} else {
 		c.repost(idx)
 	}
+	c.replyResult(slot, imm, &h, resp, err, false)
+}
+
+// replyResult replies with a handler's result.
+func (c *serverConn) replyResult(slot uint16, imm uint32, h *header, resp []byte, err error, onWorker bool) {
 	switch {
 	case err == nil:
-		c.reply(slot, imm, &h, StatusOK, resp, false)
+		c.reply(slot, imm, h, StatusOK, resp, onWorker)
 	case errors.Is(err, ErrBusy):
-		s.busy.Add(1)
-		c.reply(slot, imm, &h, StatusBusy, errorMessage(err), false)
+		c.s.busy.Add(1)
+		c.reply(slot, imm, h, StatusBusy, errorMessage(err), onWorker)
 	default:
-		c.reply(slot, imm, &h, StatusHandlerError, errorMessage(err), false)
+		c.reply(slot, imm, h, StatusHandlerError, errorMessage(err), onWorker)
 	}
+}
+
+// serveInline runs an inline attempt on the worker and posts its reply
+// from there (HandleInline). It reports false, having done nothing, if
+// the attempt gave up (ErrNotInline).
+func (c *serverConn) serveInline(slot uint16, imm uint32, h *header, payload []byte, idx int, fn Handler) bool {
+	resp, err := c.run(fn, &Call{Op: h.Op, RequestID: h.RequestID, Payload: payload, Peer: c.peer})
+	if errors.Is(err, ErrNotInline) {
+		return false
+	}
+	c.repost(idx)
+	c.replyResult(slot, imm, h, resp, err, true)
+	c.handlers.Done()
+	return true
 }
 
 // readRequest READs a large request's payload from the client into lb. It
@@ -425,9 +452,8 @@ func (c *serverConn) run(fn Handler, call *Call) (resp []byte, err error) {
 
 // reply sends a call's reply: inline if it fits the caller's receive
 // buffer, else staged in a large buffer for the caller to READ. On the
-// worker (onWorker), a full send queue hands the post to a goroutine, so
-// that a peer slow to acknowledge never holds up the worker's other
-// connections.
+// worker (onWorker) the reply is posted when the worker's batch ends,
+// with the batch's other replies to the connection (postPending).
 func (c *serverConn) reply(slot uint16, imm uint32, req *header, status Status, resp []byte, onWorker bool) {
 	s := c.s
 	s.calls.Add(1)
@@ -471,18 +497,46 @@ func (c *serverConn) reply(slot uint16, imm uint32, req *header, status Status, 
 	c.mu.Unlock()
 	wr := []rdma.SendWR{{ID: makeWRID(c.id, wrSend, int(slot)), Opcode: rdma.OpSendWithImm, Flags: c.sendFlags(), Imm: imm,
 		SGL: []rdma.SGE{{Addr: c.mr.Addr() + uint64((c.nRecv+int(slot))*s.cfg.InlineSize), Length: uint32(n), LKey: c.mr.LKey()}}}}
-	post := c.postSend
 	if onWorker {
-		post = c.postSendOnce
+		// Posted with the batch's other replies (one write for all of
+		// them on the soft provider).
+		c.pending = append(c.pending, wr...)
+		if len(c.pending) == len(wr) {
+			c.w.dirty = append(c.w.dirty, c)
+		}
+		return
 	}
-	err := post(wr)
-	if onWorker && errors.Is(err, rdma.ErrQueueFull) {
-		// The worker's caller holds a handler count, so teardown
-		// waits for this goroutine too.
-		c.handlers.Add(1)
+	if err := c.postSend(wr); err != nil {
+		c.fail(fmt.Errorf("%w: post a reply: %v", ErrBroken, err))
+	}
+}
+
+// postPending posts the replies the worker made during its batch. A full
+// send queue hands the rest to a goroutine, so that a peer slow to
+// acknowledge never holds up the worker's other connections.
+func (c *serverConn) postPending() {
+	wrs := c.pending
+	c.pending = c.pending[:0]
+	err := c.postSendOnce(wrs)
+	if errors.Is(err, rdma.ErrQueueFull) {
+		var pe *rdma.PostError
+		if errors.As(err, &pe) && pe.Index > 0 && pe.Index < len(wrs) {
+			wrs = wrs[pe.Index:] // those before it were posted
+		}
+		rest := append([]rdma.SendWR(nil), wrs...)
+		c.mu.Lock()
+		dead := c.dead
+		if !dead {
+			// Teardown waits for this goroutine too.
+			c.handlers.Add(1)
+		}
+		c.mu.Unlock()
+		if dead {
+			return
+		}
 		go func() {
 			defer c.handlers.Done()
-			if err := c.postSend(wr); err != nil {
+			if err := c.postSend(rest); err != nil {
 				c.fail(fmt.Errorf("%w: post a reply: %v", ErrBroken, err))
 			}
 		}()
