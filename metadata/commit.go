@@ -221,6 +221,23 @@ func touch(ctx context.Context, p *partition) {
 	}
 }
 
+// durable reports whether every touched partition is durable up to what
+// it has applied (await would return at once).
+func (t *touched) durable() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.parts {
+		c := &p.cm
+		c.mu.Lock()
+		ok := c.durable >= c.queued || c.err != nil
+		c.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // await waits until every touched partition is durable up to what it had
 // applied now.
 func (t *touched) await(ctx context.Context) error {

@@ -86,6 +86,9 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 	s.sessions.renew(key, now, s.cfg.SessionLease)
 	if h.Epoch > s.epoch() {
 		// The sender saw a newer map: catch up before judging ownership.
+		if mustNotWait(ctx) {
+			return fail(wire.StatusNotReady)
+		}
 		wctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, _ = s.cfg.Map.Watch(wctx, h.Epoch-1)
 		cancel()
@@ -126,6 +129,9 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Body) result {
 	ctx, tk := withTouched(ctx)
 	res := s.dispatch(ctx, r, body)
+	if !tk.durable() && mustNotWait(ctx) {
+		return fail(wire.StatusNotReady)
+	}
 	if err := tk.await(s.ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
 			return fail(wire.StatusNotReady)

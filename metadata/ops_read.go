@@ -26,6 +26,9 @@ func (p *partition) inodeShared(ctx context.Context, ino, gen uint64) (*inode, w
 		if !n.pending() {
 			return n, wire.StatusOK
 		}
+		if mustNotWait(ctx) {
+			return nil, wire.StatusNotReady
+		}
 		if err := p.rwait(ctx); err != nil {
 			return nil, wire.StatusNotReady
 		}

@@ -120,6 +120,16 @@ type partSlot struct {
 	err   error
 }
 
+// isReady reports whether the slot's load has finished.
+func (sl *partSlot) isReady() bool {
+	select {
+	case <-sl.ready:
+		return true
+	default:
+		return false
+	}
+}
+
 // NodeSenderID is the sender id a node's requests carry (fnv-64a of its
 // id).
 func NodeSenderID(id cluster.NodeID) uint64 {
@@ -286,7 +296,7 @@ func (s *Service) partitionFor(ctx context.Context, id uint32, create bool) (*pa
 		touch(ctx, p)
 	}
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+		if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, errWouldWait) {
 			return nil, wire.StatusNotReady
 		}
 		s.log.Error("partition cannot be opened", "partition", id, "err", err)
@@ -298,6 +308,10 @@ func (s *Service) partitionFor(ctx context.Context, id uint32, create bool) (*pa
 // errNoLog: the partition has no log and the caller did not ask for one.
 var errNoLog = errors.New("metadata: the partition has no log")
 
+// errWouldWait: an inline attempt (inline.go) met a partition still to
+// be loaded.
+var errWouldWait = errors.New("metadata: the partition is loading")
+
 // openPartition returns partition id, loading its log, or creating it
 // (after pinning the partition) when create is set, on first use.
 func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*partition, error) {
@@ -308,6 +322,10 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 			return nil, ErrClosed
 		}
 		slot := s.parts[id]
+		if (slot == nil || !slot.isReady()) && mustNotWait(ctx) {
+			s.mu.Unlock()
+			return nil, errWouldWait
+		}
 		if slot != nil {
 			s.mu.Unlock()
 			select {
