@@ -12,8 +12,11 @@ import (
 // checks, applies its records to the DRAM state and queues them for the
 // log (commit); the lock is released before the records are durable, so
 // the next mutation of the partition checks and applies meanwhile, and
-// the partition's committer makes whole queues durable with one plog
-// append (group commit). Nothing that depends on a record leaves the node
+// whole queues become durable with one plog append (group commit). The
+// append is made by the first request that waits for its records (no
+// hand-off to another goroutine on a request's path) or, if no request
+// comes first, by the partition's flush goroutine, started by the commit
+// that found the queue idle. Nothing that depends on a record leaves the node
 // before the record is durable:
 //
 //   - every reply waits until the partitions the request touched are
@@ -35,7 +38,11 @@ type committer struct {
 	queued  uint64 // sequence of the last queued commit
 	durable uint64 // sequence of the last durable commit
 	err     error  // a failed append: the partition is unusable
-	busy    bool   // an append is running
+	busy    bool   // a flush goroutine runs (it ends once the queue is empty)
+	// appending: a flush goroutine or a waiter (awaitDurable) is
+	// appending a batch; one at a time, so that the log's order is the
+	// queue's.
+	appending bool
 }
 
 // commit applies recs to the DRAM state and queues them for the log as
@@ -88,31 +95,45 @@ func (p *partition) commit(recs ...wire.Record) error {
 	return nil
 }
 
-// flush appends queued records until the queue is empty.
+// flush appends queued records until the queue is empty, leaving the
+// appends to waiters that take them first.
 func (p *partition) flush() {
 	c := &p.cm
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for {
-		c.mu.Lock()
-		if len(c.queue) == 0 || c.err != nil {
+		switch {
+		case c.appending:
+			c.cond.Wait()
+		case len(c.queue) == 0 || c.err != nil:
 			c.busy = false
 			c.cond.Broadcast()
-			c.mu.Unlock()
 			return
+		default:
+			p.appendQueuedLocked()
 		}
-		batch, upto := c.queue, c.queued
-		c.queue = nil
-		c.mu.Unlock()
-		err := p.appendBatch(batch)
-		c.mu.Lock()
-		if err != nil {
-			c.err = fmt.Errorf("metadata: partition %d: append: %w", p.id, err)
-			p.svc.log.Error("a log append failed; the partition stops until the node restarts", "partition", p.id, "err", err)
-		} else {
-			c.durable = upto
-		}
-		c.cond.Broadcast()
-		c.mu.Unlock()
 	}
+}
+
+// appendQueuedLocked appends the queued records as one batch. The caller
+// holds c.mu, which is released during the append, and no one else is
+// appending.
+func (p *partition) appendQueuedLocked() {
+	c := &p.cm
+	batch, upto := c.queue, c.queued
+	c.queue = nil
+	c.appending = true
+	c.mu.Unlock()
+	err := p.appendBatch(batch)
+	c.mu.Lock()
+	c.appending = false
+	if err != nil {
+		c.err = fmt.Errorf("metadata: partition %d: append: %w", p.id, err)
+		p.svc.log.Error("a log append failed; the partition stops until the node restarts", "partition", p.id, "err", err)
+	} else {
+		c.durable = upto
+	}
+	c.cond.Broadcast()
 }
 
 // appendBatch appends records in groups plog accepts. One group is all
@@ -158,6 +179,10 @@ func (p *partition) awaitDurable(ctx context.Context, seq uint64) error {
 		defer stop()
 	}
 	for c.durable < seq && c.err == nil && ctx.Err() == nil {
+		if !c.appending && len(c.queue) > 0 && c.err == nil {
+			p.appendQueuedLocked()
+			continue
+		}
 		c.cond.Wait()
 	}
 	switch {

@@ -221,7 +221,7 @@ func (s *Service) Close() error {
 	for _, p := range s.loaded() {
 		c := &p.cm
 		c.mu.Lock()
-		for c.busy {
+		for c.busy || c.appending {
 			c.cond.Wait()
 		}
 		c.mu.Unlock()
