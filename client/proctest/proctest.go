@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -119,13 +120,13 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	for i := range o.Nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		n := &Node{ID: id, DataDir: filepath.Join(o.Dir, id), Region: filepath.Join(o.Dir, id+".pmem"), Log: filepath.Join(o.Dir, id+".log")}
-		if n.AdminAddr, err = freeAddr(); err != nil {
+		if n.AdminAddr, err = FreeAddr(); err != nil {
 			return nil, err
 		}
-		if n.RaftAddr, err = freeAddr(); err != nil {
+		if n.RaftAddr, err = FreeAddr(); err != nil {
 			return nil, err
 		}
-		if n.RDMAAddr, err = freeAddr(); err != nil {
+		if n.RDMAAddr, err = FreeAddr(); err != nil {
 			return nil, err
 		}
 		n.args = []string{"serve", "--node-id", id, "--data-dir", n.DataDir,
@@ -159,10 +160,12 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-// freeAddr returns a loopback address with a free port below the
+// FreeAddr returns a loopback address with a free port below the
 // kernel's ephemeral range, so that no outgoing connection (every soft
-// RDMA queue pair dials one) takes it before the child binds it.
-func freeAddr() (string, error) {
+// RDMA queue pair dials one) takes it before the child binds it. It never
+// returns a port twice in one process: a port handed out but not yet
+// bound by its child looks free.
+func FreeAddr() (string, error) {
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
@@ -171,15 +174,28 @@ func freeAddr() (string, error) {
 			}
 		}
 	}
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000))
+		port := 10000 + rand.IntN(low-10000)
+		if handedOut.ports[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		if ln, err := net.Listen("tcp", addr); err == nil {
 			ln.Close()
+			handedOut.ports[port] = true
 			return addr, nil
 		}
 	}
 	return "", errors.New("proctest: no free port below the ephemeral range")
 }
+
+// handedOut are the ports FreeAddr returned.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
 
 func (c *Cluster) start(n *Node) error {
 	f, err := os.OpenFile(n.Log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)

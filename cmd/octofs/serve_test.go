@@ -4,19 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/octofs/octofs/cluster"
 	"github.com/stretchr/testify/require"
+
+	"github.com/octofs/octofs/client/proctest"
+	"github.com/octofs/octofs/cluster"
 )
 
 // The test binary doubles as the octofs program: with this variable set it
@@ -33,29 +31,14 @@ func TestMain(m *testing.M) {
 }
 
 // freeAddr returns a loopback address with a free port for a child
-// process to listen on. The port is below the kernel's ephemeral range:
-// a port the kernel picked for a listener of our own could be handed to
-// an outgoing connection (every soft RDMA queue pair dials one) between
-// our closing it and the child binding it.
+// process to listen on (proctest.FreeAddr).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-				low = n
-			}
-		}
+	addr, err := proctest.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
 	}
-	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 10000+rand.IntN(low-10000))
-		if ln, err := net.Listen("tcp", addr); err == nil {
-			ln.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free port below the ephemeral range")
-	return ""
+	return addr
 }
 
 type serveProc struct {
