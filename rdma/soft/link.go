@@ -292,10 +292,7 @@ func (l *link) background() {
 	defer func() {
 		q.mu.Lock()
 		l.unwatchLocked()
-		if l.ctxStop != nil {
-			l.ctxStop()
-			l.ctx, l.ctxStop = nil, nil
-		}
+		l.unwatchCtxLocked()
 		q.mu.Unlock()
 	}()
 	for {
@@ -378,6 +375,7 @@ func (l *link) releaseLocked(abandon bool) {
 		return
 	}
 	l.mode = rxIdle
+	l.endTurnWatch()
 	if l.detached || (abandon && l.rx.inFrame) {
 		l.toBackgroundLocked()
 		return
@@ -425,20 +423,40 @@ func (l *link) driverStop() bool {
 	return l.drvCQ.pending() || l.drvCtx.Err() != nil || l.turnTaken()
 }
 
-// watchCtxLocked makes the end of ctx interrupt a parked driver. The
-// registration is kept for the next driver with the same context (a
-// dispatcher waits with one context for its whole life), so that it
-// costs an allocation per context, not per Wait. A context's end
-// interrupts whoever is parked then: a driver with another context looks
-// at its own and parks again.
+// watchCtxLocked makes the end of ctx interrupt a parked driver. A
+// context without a deadline (a dispatcher's, which waits with one
+// context for its whole life) stays registered for the next driver with
+// the same context, so that it costs an allocation per context, not per
+// Wait; one with a deadline (a call's) only for the driver's turn
+// (endTurnWatch). A context's end interrupts whoever is parked then: a
+// driver with another context looks at its own and parks again.
 func (l *link) watchCtxLocked(ctx context.Context) {
 	if ctx.Done() == nil || ctx == l.ctx {
 		return
 	}
+	l.unwatchCtxLocked()
+	l.ctx, l.ctxStop = ctx, context.AfterFunc(ctx, l.interrupt)
+}
+
+// endTurnWatch forgets a context with a deadline at the end of its
+// driver's turn: such a context is usually a call's, which ends right
+// after the call, and a watch left in place would then start a goroutine
+// to interrupt whoever reads next, for nothing.
+func (l *link) endTurnWatch() {
+	if l.ctx == nil {
+		return
+	}
+	if _, ok := l.ctx.Deadline(); ok {
+		l.unwatchCtxLocked()
+	}
+}
+
+// unwatchCtxLocked forgets the context watchCtxLocked registered.
+func (l *link) unwatchCtxLocked() {
 	if l.ctxStop != nil {
 		l.ctxStop()
+		l.ctx, l.ctxStop = nil, nil
 	}
-	l.ctx, l.ctxStop = ctx, context.AfterFunc(ctx, l.interrupt)
 }
 
 // What pollDrive did.
