@@ -80,11 +80,24 @@ func TestTwoMounts(t *testing.T) {
 			if got, err := os.ReadFile(filepath.Join(db, "x")); err != nil || string(got) != "y" {
 				t.Errorf("b read %q, %v after a renamed y over x", got, err)
 			}
-			// a removes x; b's open says it is gone.
+			// a removes x; b's open says it is gone. b still has x's
+			// entry cached (for the 1 s entry timeout), so its open goes
+			// to the inode, which lives on while b's previous handle is
+			// open: the kernel sends that handle's RELEASE after close(2)
+			// has returned. Allow it half the entry timeout to arrive,
+			// well before b would look the name up again anyway.
 			if err := os.Remove(filepath.Join(da, "x")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := os.ReadFile(filepath.Join(db, "x")); !os.IsNotExist(err) {
+			var err error
+			for deadline := time.Now().Add(500 * time.Millisecond); ; {
+				_, err = os.ReadFile(filepath.Join(db, "x"))
+				if os.IsNotExist(err) || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !os.IsNotExist(err) {
 				t.Errorf("b read of a removed file: %v, want ENOENT", err)
 			}
 			ents, err := os.ReadDir(db)
