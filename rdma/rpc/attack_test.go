@@ -225,32 +225,39 @@ func TestHostileRequestsAnsweredWithStatus(t *testing.T) {
 func TestFloods(t *testing.T) {
 	ts := newTestServer(t, ServerConfig{Slots: 8})
 	good := dialTest(t, ts, ClientConfig{})
-	t.Run("requests beyond the slots", func(t *testing.T) {
-		a := newAttacker(t, ts, true)
-		// Bounded: each slot is sent 40 requests without waiting.
-		for i := range 40 * a.params.Slots {
-			a.send(t, rdma.OpSendWithImm, makeImm(uint16(i%a.params.Slots), uint16(i)), a.request(opNull, 0))
-		}
-		// Either the server answered everything, or it closed the
-		// connection for reusing a busy slot; both are fine. A good
-		// client is served meanwhile.
-		for range 20 {
-			_, err := good.Call(ctxT(t), opNull, 1, nil)
-			require.NoError(t, err)
-		}
-		a.conn.Close()
-		requireHealthy(t, ts, good, 1)
-	})
-	t.Run("replies never received", func(t *testing.T) {
-		a := newAttacker(t, ts, false)
-		for i := range a.params.Slots {
-			a.send(t, rdma.OpSendWithImm, makeImm(uint16(i), 1), a.request(opNull, 0))
-		}
-		// The server's replies meet no receive; after its RNR retries
-		// it closes the connection.
-		a.waitClosed(t)
-		requireHealthy(t, ts, good, 1)
-	})
+	// Both kinds of handler: on a goroutine, and inline on the worker,
+	// whose replies the worker posts in batches.
+	for _, op := range []struct {
+		name string
+		op   uint16
+	}{{"goroutine handler", opNull}, {"inline handler", opInline}} {
+		t.Run("requests beyond the slots, "+op.name, func(t *testing.T) {
+			a := newAttacker(t, ts, true)
+			// Bounded: each slot is sent 40 requests without waiting.
+			for i := range 40 * a.params.Slots {
+				a.send(t, rdma.OpSendWithImm, makeImm(uint16(i%a.params.Slots), uint16(i)), a.request(op.op, 0))
+			}
+			// Either the server answered everything, or it closed the
+			// connection for reusing a busy slot; both are fine. A good
+			// client is served meanwhile.
+			for range 20 {
+				_, err := good.Call(ctxT(t), opNull, 1, nil)
+				require.NoError(t, err)
+			}
+			a.conn.Close()
+			requireHealthy(t, ts, good, 1)
+		})
+		t.Run("replies never received, "+op.name, func(t *testing.T) {
+			a := newAttacker(t, ts, false)
+			for i := range a.params.Slots {
+				a.send(t, rdma.OpSendWithImm, makeImm(uint16(i), 1), a.request(op.op, 0))
+			}
+			// The server's replies meet no receive; after its RNR retries
+			// it closes the connection.
+			a.waitClosed(t)
+			requireHealthy(t, ts, good, 1)
+		})
+	}
 	t.Run("many hostile connections at once", func(t *testing.T) {
 		const n = 16
 		attackers := make([]*attacker, n)
