@@ -12,8 +12,7 @@ import "time"
 //     the other way to ride on (a delayed ACK), and from then on has the
 //     link acknowledge at once, until the application answers its peer's
 //     messages quickly again (link.pingpong). (Most delayed ACKs never get
-//     here: they ride on the answer, or go when the application comes
-//     back to wait without answering, see qp.takeTurn.)
+//     here: they ride on the answer.)
 //
 // It replaces a timer per link: re-arming a runtime timer on every round
 // trip cost as much CPU as the round trip's own work (it wakes the thread

@@ -543,12 +543,6 @@ func (q *qp) takeTurn(ctx context.Context, wait bool) *link {
 	l.mode = rxDriven
 	l.gen++
 	if wait {
-		if l.ackOwed && l.ackDelay {
-			// The application waits again without having answered the
-			// message it was given: its ACK waits no longer (batchDone).
-			// (Not for Poll, which a poller calls in a loop.)
-			l.ackDelay = false
-		}
 		l.watchCtxLocked(ctx)
 	}
 	q.mu.Unlock()
