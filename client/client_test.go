@@ -576,6 +576,44 @@ func TestEntryAndAttrCache(t *testing.T) {
 	_ = a
 }
 
+// TestAttrCacheKnownInode: with the attribute cache on and the entry
+// cache off (so the client cannot tell which inode a name named), a
+// removal that names its inode (UnlinkKnown: what the FUSE mount sends)
+// drops that inode's cached attributes, whose link count changed.
+// (RenameKnown drops them too, for the ctime, which client.Memory does
+// not keep.)
+func TestAttrCacheKnownInode(t *testing.T) {
+	fc := newFakeCluster()
+	c := fc.client(t, func(cfg *Config) { cfg.Cache = CacheConfig{AttrTTL: time.Minute} })
+	ctx := context.Background()
+	root := cluster.RootInode
+	f, file, err := c.Create(ctx, alice, root, "f", 0o644, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file.Close(ctx)
+	if _, err := c.Link(ctx, alice, f.Ino, root, "g"); err != nil {
+		t.Fatal(err)
+	}
+	nlink := func() uint32 {
+		t.Helper()
+		a, err := c.GetAttr(ctx, alice, f.Ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Nlink
+	}
+	if n := nlink(); n != 2 {
+		t.Fatalf("nlink %d after link, want 2", n)
+	}
+	if err := c.UnlinkKnown(ctx, alice, root, "g", f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if n := nlink(); n != 1 {
+		t.Fatalf("nlink %d after this client unlinked one of two names, want 1", n)
+	}
+}
+
 func TestTTLCacheBounded(t *testing.T) {
 	now := time.Unix(0, 0)
 	c := newTTLCache[uint64](time.Minute, 8, func() time.Time { return now })

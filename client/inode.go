@@ -271,6 +271,7 @@ func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64
 		return c.fail(ctx, op, err)
 	}
 	c.forgetEntry(parent, name)
+	c.attrs.drop(ino) // the inode the caller knows: its link count and ctime change
 	dir := op == "rmdir"
 	err = c.known(ino, func(r knownRouter) error { return r.RemoveKnown(octx, cred, parent, name, ino, dir) },
 		func() error {
@@ -322,6 +323,7 @@ func (c *Client) RenameKnown(ctx context.Context, cred Cred, parent uint64, name
 	}
 	c.forgetEntry(parent, name)
 	c.forgetEntry(newParent, newName)
+	c.attrs.drop(ino) // the inode the caller knows: its ctime (a directory's parent) changes
 	withIno := func(r knownRouter) error {
 		return r.RenameKnown(octx, cred, parent, name, ino, newParent, newName, flags)
 	}
