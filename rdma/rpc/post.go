@@ -26,10 +26,7 @@ func postSendRetry(post func([]rdma.SendWR) error, wrs []rdma.SendWR, reclaim fu
 		if err == nil || !errors.Is(err, rdma.ErrQueueFull) {
 			return err
 		}
-		var pe *rdma.PostError
-		if errors.As(err, &pe) && pe.Index > 0 && pe.Index < len(wrs) {
-			wrs = wrs[pe.Index:] // those before it were posted
-		}
+		wrs = unposted(wrs, err)
 		now := time.Now()
 		if deadline.IsZero() {
 			deadline = now.Add(sendQueueWait)
@@ -46,4 +43,15 @@ func postSendRetry(post func([]rdma.SendWR) error, wrs []rdma.SendWR, reclaim fu
 			pause = min(2*pause, time.Millisecond)
 		}
 	}
+}
+
+// unposted is what a post of wrs that failed with err left unposted: a
+// PostError names the first work request not posted, those before it
+// were.
+func unposted(wrs []rdma.SendWR, err error) []rdma.SendWR {
+	var pe *rdma.PostError
+	if errors.As(err, &pe) && pe.Index > 0 && pe.Index < len(wrs) {
+		return wrs[pe.Index:]
+	}
+	return wrs
 }

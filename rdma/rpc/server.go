@@ -224,8 +224,8 @@ const serverRNRRetry = 6
 // reclaim send queue entries; the rest complete silently unless they fail.
 const signalEvery = 16
 
-// Handle registers fn for op, replacing any handler registered before.
-// It may be called while the server runs.
+// Handle registers fn for op, replacing any handler registered before; a
+// nil fn removes op's. It may be called while the server runs.
 func (s *Server) Handle(op uint16, fn Handler) { s.register(op, registered{fn: fn}) }
 
 // HandleInline registers a handler for op that is first tried on the
@@ -235,7 +235,8 @@ func (s *Server) Handle(op uint16, fn Handler) { s.register(op, registered{fn: f
 // client or a lock held across such a wait: while it runs, the worker
 // serves none of its other connections' calls. If it would wait it
 // returns ErrNotInline, having changed nothing, and fn serves the call on
-// a goroutine as Handle's handlers do. Large requests (those READ from
+// a goroutine as Handle's handlers do (a nil fn removes op's handler,
+// whatever try is). Large requests (those READ from
 // the client) go to fn directly. The worker posts the replies of a batch
 // of requests together once it has run them all.
 func (s *Server) HandleInline(op uint16, try, fn Handler) {

@@ -50,7 +50,7 @@ type serverConn struct {
 	sends atomic.Uint32
 
 	// pending are the replies the worker made during its current batch,
-	// posted together when the batch ends (worker.flushReplies).
+	// posted together when the batch ends (postPending).
 	pending []rdma.SendWR
 }
 
@@ -519,11 +519,7 @@ func (c *serverConn) postPending() {
 	c.pending = c.pending[:0]
 	err := c.postSendOnce(wrs)
 	if errors.Is(err, rdma.ErrQueueFull) {
-		var pe *rdma.PostError
-		if errors.As(err, &pe) && pe.Index > 0 && pe.Index < len(wrs) {
-			wrs = wrs[pe.Index:] // those before it were posted
-		}
-		rest := append([]rdma.SendWR(nil), wrs...)
+		rest := append([]rdma.SendWR(nil), unposted(wrs, err)...)
 		c.mu.Lock()
 		dead := c.dead
 		if !dead {
