@@ -179,7 +179,7 @@ func (p *partition) awaitDurable(ctx context.Context, seq uint64) error {
 		defer stop()
 	}
 	for c.durable < seq && c.err == nil && ctx.Err() == nil {
-		if !c.appending && len(c.queue) > 0 && c.err == nil {
+		if !c.appending && len(c.queue) > 0 {
 			p.appendQueuedLocked()
 			continue
 		}

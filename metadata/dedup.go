@@ -75,14 +75,7 @@ func (t *dedupTable) begin(k clientKey, seq, low uint64, now time.Time) (e *dedu
 	return e, true
 }
 
-func (e *dedupEntry) isDone() bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
-	}
-}
+func (e *dedupEntry) isDone() bool { return isClosed(e.done) }
 
 // finish ends e: with keep, its answer is what repeats get.
 func (t *dedupTable) finish(k clientKey, seq uint64, e *dedupEntry, status wire.Status, reply []byte, keep bool) {

@@ -129,7 +129,9 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Body) result {
 	ctx, tk := withTouched(ctx)
 	res := s.dispatch(ctx, r, body)
-	if !tk.durable() && mustNotWait(ctx) {
+	if a := inlineOf(ctx); a != nil && !tk.durable() {
+		// Only an inline attempt asks: await would wait.
+		a.gaveUp = true
 		return fail(wire.StatusNotReady)
 	}
 	if err := tk.await(s.ctx); err != nil {

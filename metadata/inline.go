@@ -28,14 +28,21 @@ type inlineAttempt struct{ gaveUp bool }
 
 type inlineKey struct{}
 
-// mustNotWait reports whether ctx is an inline attempt, which then gives
-// up: the caller returns StatusNotReady at once instead of waiting.
+// inlineOf returns the inline attempt ctx belongs to, or nil.
+func inlineOf(ctx context.Context) *inlineAttempt {
+	a, _ := ctx.Value(inlineKey{}).(*inlineAttempt)
+	return a
+}
+
+// mustNotWait is for a caller about to wait: it reports whether ctx is an
+// inline attempt, which then gives up, and the caller returns
+// StatusNotReady at once instead of waiting.
 func mustNotWait(ctx context.Context) bool {
-	a, ok := ctx.Value(inlineKey{}).(*inlineAttempt)
-	if ok {
+	a := inlineOf(ctx)
+	if a != nil {
 		a.gaveUp = true
 	}
-	return ok
+	return a != nil
 }
 
 // handleInline is Handle as an inline attempt: it returns rpc.ErrNotInline

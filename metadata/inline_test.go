@@ -20,17 +20,7 @@ import (
 func TestInlineAttempt(t *testing.T) {
 	c := metatest.Start(t, metatest.Config{})
 	epoch := c.Maps.Current().Epoch
-	owner := func(ino uint64) *metatest.Node {
-		id, err := c.Maps.Current().OwnerOfPartition(cluster.PartitionOf(ino))
-		require.NoError(t, err)
-		for _, n := range c.Nodes {
-			if n.ID == id.ID {
-				return n
-			}
-		}
-		t.Fatalf("no node %s", id.ID)
-		return nil
-	}
+	owner := func(ino uint64) *metatest.Node { return c.Nodes[ownerIndex(c, ino)] }
 	getattr := func(ino, epoch uint64) *rpc.Call {
 		h := wire.Header{Epoch: epoch, ClientID: 7, Incarnation: 1}
 		return &rpc.Call{Op: uint16(wire.OpGetAttr), Payload: wire.EncodeRequest(wire.OpGetAttr, &h, &wire.GetAttrRequest{Ino: ino})}

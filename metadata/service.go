@@ -120,10 +120,10 @@ type partSlot struct {
 	err   error
 }
 
-// isReady reports whether the slot's load has finished.
-func (sl *partSlot) isReady() bool {
+// isClosed reports whether ch is closed, without waiting.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-sl.ready:
+	case <-ch:
 		return true
 	default:
 		return false
@@ -322,7 +322,7 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 			return nil, ErrClosed
 		}
 		slot := s.parts[id]
-		if (slot == nil || !slot.isReady()) && mustNotWait(ctx) {
+		if (slot == nil || !isClosed(slot.ready)) && mustNotWait(ctx) {
 			s.mu.Unlock()
 			return nil, errWouldWait
 		}
