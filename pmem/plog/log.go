@@ -2,6 +2,7 @@ package plog
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -283,14 +284,38 @@ func (l *Log) commitNewSegment(last *segInfo, groups [][][]byte, total uint64) e
 			b.add(rec)
 		}
 	}
+	var si segInfo
+	for {
+		var err error
+		si, err = l.linkSegment(b, last)
+		if err == nil {
+			break
+		}
+		// A region whose free space is fragmented may have no run of
+		// the chain's next size but one of a smaller size: a smaller
+		// segment that still holds the batch beats refusing it.
+		if !errors.Is(err, pmem.ErrNoSpace) || !b.shrink() {
+			return err
+		}
+	}
+	l.mu.Lock()
+	l.segs = append(l.segs, si)
+	l.bytes += total
+	l.mu.Unlock()
+	return nil
+}
+
+// linkSegment writes b's segment and links it after last (or as the
+// log's first) in one transaction.
+func (l *Log) linkSegment(b *builder, last *segInfo) (segInfo, error) {
 	tx, err := l.s.r.Begin(context.Background())
 	if err != nil {
-		return fmt.Errorf("plog: %v: %w", l.id, err)
+		return segInfo{}, fmt.Errorf("plog: %v: %w", l.id, err)
 	}
 	defer tx.Abort()
 	si, err := b.write(tx)
 	if err != nil {
-		return err
+		return segInfo{}, err
 	}
 	if last == nil {
 		err = tx.Write8(l.headOff+offFirst, uint64(si.id))
@@ -302,13 +327,9 @@ func (l *Log) commitNewSegment(last *segInfo, groups [][][]byte, total uint64) e
 		err = tx.Commit()
 	}
 	if err != nil {
-		return l.s.wrap(err, "%v: linking a new segment", l.id)
+		return segInfo{}, l.s.wrap(err, "%v: linking a new segment", l.id)
 	}
-	l.mu.Lock()
-	l.segs = append(l.segs, si)
-	l.bytes += total
-	l.mu.Unlock()
-	return nil
+	return si, nil
 }
 
 // builder fills new segments: the frames go into a buffer that one
@@ -348,6 +369,19 @@ func (b *builder) start(need uint64) {
 	}
 	b.used = 0
 	b.salt = segmentSalt(b.l.id, b.l.head, b.epoch, b.seq)
+}
+
+// shrink halves the segment being filled, keeping what it holds; false
+// when it cannot get smaller.
+func (b *builder) shrink() bool {
+	bs := uint64(b.l.s.g.BlockSize)
+	have := uint64(len(b.buf)) / bs
+	want := max(have/2, (b.used+bs-1)/bs, 1)
+	if want >= have {
+		return false
+	}
+	b.buf = b.buf[:want*bs]
+	return true
 }
 
 func (b *builder) room() uint64 { return uint64(len(b.buf)) - b.used }

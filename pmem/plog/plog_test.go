@@ -489,3 +489,42 @@ func TestSegmentsGrow(t *testing.T) {
 		t.Fatalf("replayed %d records, want 401", got)
 	}
 }
+
+// TestSegmentFitsFragmentedRegion: when the region has no run of the
+// chain's next segment size, the append takes a smaller segment that
+// holds its batch instead of failing with ErrNoSpace.
+func TestSegmentFitsFragmentedRegion(t *testing.T) {
+	r, _ := newRegion(t, 1<<20, pmem.FormatOptions{})
+	s, err := plog.Open(r, plog.Options{SegmentSize: 256 << 10})
+	require.NoError(t, err)
+	filler, err := s.Log(plog.LogID{Service: 1, Partition: 2})
+	require.NoError(t, err)
+	var pools []pmem.Extent
+	for range 10000 {
+		p, err := filler.AllocPool(8)
+		if err != nil {
+			require.ErrorIs(t, err, plog.ErrNoSpace)
+			break
+		}
+		pools = append(pools, p)
+	}
+	for i := 0; i < len(pools); i += 2 {
+		require.NoError(t, filler.FreePool(pools[i]))
+	}
+	// The records may run out before the blocks: one pool takes the
+	// longest run left after them.
+	if n := r.Stats().LongestFreeRun; n > 8 {
+		_, err := filler.AllocPool(n)
+		require.NoError(t, err)
+	}
+	require.Less(t, r.Stats().LongestFreeRun, uint64(16), "the region's free space is in runs of 8 blocks")
+	l, err := s.Log(id1)
+	require.NoError(t, err)
+	// Segments of 16 KiB (4 blocks), then 32 KiB (8), then the chain
+	// wants 64 KiB (16 blocks), which no run holds.
+	for i := range 40 {
+		require.NoError(t, l.Append(make([]byte, 2000)), "append %d", i)
+	}
+	require.Len(t, replayAll(t, l), 40)
+	requireClean(t, r)
+}
