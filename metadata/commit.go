@@ -79,6 +79,7 @@ func (p *partition) commit(recs ...wire.Record) error {
 			return err
 		}
 	}
+	p.svc.noteLive(p.live)
 	c := &p.cm
 	c.mu.Lock()
 	c.queue = append(c.queue, bufs...)

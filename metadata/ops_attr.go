@@ -469,6 +469,8 @@ func (s *Service) setxattr(ctx context.Context, r *request, q *wire.SetXattrRequ
 			return nil, syscall.ENODATA
 		case n.xbytes-len(old)-boolLen(exists, q.Name)+len(q.Name)+len(q.Value) > wire.MaxXattrTotal:
 			return nil, syscall.ENOSPC
+		case (!exists || len(q.Value) > len(old)) && s.roomToGrow() != wire.StatusOK:
+			return nil, syscall.ENOSPC
 		}
 		return []wire.Record{&wire.XattrSetRecord{Ino: q.Ino, Name: q.Name, Value: bytes.Clone(q.Value)}}, 0
 	})

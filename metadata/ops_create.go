@@ -130,6 +130,9 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 	if st != wire.StatusOK {
 		return fail(st)
 	}
+	if st := s.roomToGrow(); st != wire.StatusOK {
+		return fail(st)
+	}
 	now := wire.TimespecOf(s.now())
 	rec := wire.InodeRecord{Gen: s.newGen(), Mode: typ | perm, UID: r.cred.UID, GID: r.cred.GID, Nlink: 1,
 		Atime: now, Mtime: now, Ctime: now, Btime: now}
@@ -274,6 +277,9 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 	}
 	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
 	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if st := s.roomToGrow(); st != wire.StatusOK {
 		return fail(st)
 	}
 	p.mu.Lock()

@@ -48,6 +48,10 @@ func (s *Service) entryAdd(ctx context.Context, r *request, q *wire.EntryAddRequ
 		if a, found := p.txAnswer(q.Txn, q.Watermark); found {
 			return a
 		}
+		// The coordinator frees the new inode on an errno.
+		if st := s.roomToGrow(); st != wire.StatusOK {
+			return fail(st)
+		}
 	}
 	var d *inode
 	for {

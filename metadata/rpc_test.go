@@ -87,7 +87,7 @@ func rpcCluster(t testing.TB) (*mdclient.Client, *metatest.Maps) {
 	}
 	maps := metatest.NewMaps(m)
 	for i := range nodes {
-		r, err := pmem.Format(pmem.NewMemMedium(16<<20), pmem.FormatOptions{}, pmem.Options{})
+		r, err := pmem.Format(pmem.NewMemMedium(256<<20), pmem.FormatOptions{}, pmem.Options{})
 		require.NoError(t, err)
 		st, err := plog.Open(r, plog.Options{})
 		require.NoError(t, err)

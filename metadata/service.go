@@ -82,6 +82,10 @@ type Config struct {
 	// live state (defaults 64 MiB and 4).
 	RewriteMinBytes uint64
 	RewriteRatio    int64
+	// SpaceReserve is how many bytes of the region operations that add
+	// to the namespace leave free for the rest (default region/64, at
+	// least 128 KiB; see space.go).
+	SpaceReserve uint64
 	// ReadDirBytes is the default reply budget of readdir (64 KiB).
 	ReadDirBytes uint32
 	// MaxLinks is the largest link count of a file, and of a directory
@@ -98,6 +102,12 @@ type Service struct {
 	now  func() time.Time
 	inc  uint64
 	self uint64 // this node's sender id in node-to-node requests
+	// lastReclaim is when (ns) reclaimLogs last started (space.go).
+	lastReclaim atomic.Int64
+	reclaimMu   sync.Mutex // one reclaim at a time
+	// maxLive is the largest live state (bytes) of a partition here, as
+	// last seen (space.go).
+	maxLive atomic.Int64
 
 	mu    sync.Mutex
 	parts map[uint32]*partSlot
@@ -168,6 +178,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.RewriteRatio <= 0 {
 		cfg.RewriteRatio = 4
+	}
+	if cfg.SpaceReserve == 0 {
+		cfg.SpaceReserve = max(minSpaceReserve, uint64(len(cfg.Store.Region().Bytes()))/64)
 	}
 	if cfg.ReadDirBytes == 0 {
 		cfg.ReadDirBytes = 64 << 10

@@ -361,6 +361,10 @@ func (b *builder) start(need uint64) {
 	if b.prev != nil {
 		grown = min(s.segBlocks, max(grown, 2*b.prev.cap/bs))
 	}
+	// Nor may one segment take more than an eighth of the region's
+	// free blocks: a nearly full region is shared by every log on it.
+	st := s.r.Stats()
+	grown = min(grown, max(1, (st.Blocks-st.BlocksUsed)/8))
 	blocks := max(grown, (need+bs-1)/bs)
 	if uint64(cap(b.buf)) >= blocks*bs {
 		b.buf = b.buf[:blocks*bs]
