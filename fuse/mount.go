@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
 	"sync"
@@ -172,8 +173,10 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 			IgnoreSecurityLabels: true,
 			DirectMount:          os.Geteuid() == 0,
 			Debug:                o.Debug,
-			MaxBackground:        o.MaxBackground,
-			ExtraCapabilities:    extraCapabilities,
+			// Request traces with microseconds, to read latencies off.
+			Logger:            log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds),
+			MaxBackground:     o.MaxBackground,
+			ExtraCapabilities: extraCapabilities,
 		},
 	}
 	if !o.ServerPermissions {

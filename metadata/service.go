@@ -125,9 +125,12 @@ type Service struct {
 }
 
 type partSlot struct {
-	ready chan struct{}
-	p     *partition
-	err   error
+	ready chan struct{} // closed once p and err are set
+	// loaded is true once ready is closed: the path of every request
+	// reads it, without a channel operation.
+	loaded atomic.Bool
+	p      *partition
+	err    error
 }
 
 // isClosed reports whether ch is closed, without waiting.
@@ -335,16 +338,18 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 			return nil, ErrClosed
 		}
 		slot := s.parts[id]
-		if (slot == nil || !isClosed(slot.ready)) && mustNotWait(ctx) {
+		if (slot == nil || !slot.loaded.Load()) && mustNotWait(ctx) {
 			s.mu.Unlock()
 			return nil, errWouldWait
 		}
 		if slot != nil {
 			s.mu.Unlock()
-			select {
-			case <-slot.ready:
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if !slot.loaded.Load() {
+				select {
+				case <-slot.ready:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
 			if errors.Is(slot.err, errNoLog) && create {
 				continue // a reader found no log; this caller makes one
@@ -364,6 +369,7 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 			delete(s.parts, id)
 			s.mu.Unlock()
 		}
+		slot.loaded.Store(true)
 		close(slot.ready)
 		if slot.err == nil {
 			s.recoverPartition(slot.p)
