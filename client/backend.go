@@ -24,6 +24,10 @@ type namespace interface {
 	// forbids it (open(2) with O_CREAT and mode 0444 gives a writable
 	// descriptor), which a separate Open would refuse.
 	Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, error)
+	// Tmpfile makes a regular file with no name in directory parent and
+	// registers an open of it with flags (O_TMPFILE): it ends with its
+	// last open unless Link names it first (not with O_EXCL).
+	Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint32, flags int) (Attr, error)
 	// Make creates an inode of any type in parent: a regular file, device,
 	// fifo or socket (rdev for devices), a directory, or a symlink to
 	// target. An existing name is EEXIST.

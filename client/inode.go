@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // This file is the low-level inode API, the one the FUSE adapter uses:
@@ -132,6 +134,25 @@ func (c *Client) Create(ctx context.Context, cred Cred, parent uint64, name stri
 	c.entries.put(entryKey{parent, name}, a)
 	c.attrs.put(a.Ino, a)
 	return a, c.newFile(cred, a, flags), nil
+}
+
+// Tmpfile makes a regular file with no name in directory dir, open with
+// flags, as open(2) with O_TMPFILE does: flags must allow writing, and
+// the file ends with its last close unless Link gives it a name first,
+// which O_EXCL forbids.
+func (c *Client) Tmpfile(ctx context.Context, cred Cred, dir uint64, mode uint32, flags int) (Attr, *File, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return Attr{}, nil, c.fail(ctx, "tmpfile", err)
+	}
+	flags &^= syscall.O_TRUNC | syscall.O_CREAT | syscall.O_DIRECTORY | unix.O_TMPFILE
+	a, err := c.ns.Tmpfile(octx, cred, dir, mode&modePerm, flags)
+	if err != nil {
+		return Attr{}, nil, c.fail(ctx, "tmpfile", err)
+	}
+	c.attrs.put(a.Ino, a)
+	return a, c.newFile(cred, a, flags&^syscall.O_EXCL), nil
 }
 
 // Mknod makes a regular file, device, fifo or socket (mode's type bits

@@ -128,6 +128,9 @@ type memNode struct {
 	target  string
 	xattrs  map[string][]byte
 	opens   int
+	// linkable: an O_TMPFILE file without a name yet, which Link may
+	// name.
+	linkable bool
 }
 
 type memLock struct {
@@ -349,6 +352,26 @@ func (f *memNS) Create(ctx context.Context, cred Cred, parent uint64, name strin
 	return n.attr, nil
 }
 
+func (f *memNS) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint32, flags int) (Attr, error) {
+	if err := f.enter(ctx, "tmpfile"); err != nil {
+		return Attr{}, err
+	}
+	defer f.mu.Unlock()
+	if flags&syscall.O_ACCMODE == syscall.O_RDONLY {
+		return Attr{}, syscall.EINVAL
+	}
+	if _, err := f.dir(cred, parent, 3); err != nil {
+		return Attr{}, err
+	}
+	t := f.now()
+	ino := cluster.InodeNumber(cluster.PartitionOf(parent), f.next)
+	f.next++
+	n := &memNode{attr: Attr{Ino: ino, Gen: 1, Mode: syscall.S_IFREG | mode&modePerm, UID: cred.UID, GID: cred.GID,
+		Atime: t, Mtime: t, Ctime: t, Btime: t}, opens: 1, linkable: flags&syscall.O_EXCL == 0}
+	f.nodes[ino] = n
+	return n.attr, nil
+}
+
 func (f *memNS) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error) {
 	if err := f.enter(ctx, "make"); err != nil {
 		return Attr{}, err
@@ -377,8 +400,12 @@ func (f *memNS) Link(ctx context.Context, cred Cred, ino, newParent uint64, newN
 	if _, ok := d.entries[newName]; ok {
 		return Attr{}, syscall.EEXIST
 	}
+	if n.attr.Nlink == 0 && !n.linkable {
+		return Attr{}, syscall.ENOENT
+	}
 	f.link(d, newName, ino)
 	n.attr.Nlink++
+	n.linkable = false
 	return n.attr, nil
 }
 

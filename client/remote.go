@@ -323,6 +323,11 @@ func (n mdNamespace) Create(ctx context.Context, cred Cred, parent uint64, name 
 	return fromWire(a), err
 }
 
+func (n mdNamespace) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint32, flags int) (Attr, error) {
+	a, err := n.md.Tmpfile(ctx, wireCred(cred), parent, mode, uint32(flags))
+	return fromWire(a), err
+}
+
 func (n mdNamespace) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error) {
 	var a wire.Attr
 	var err error

@@ -10,8 +10,7 @@ import (
 
 // posixtestSkips are the go-fuse posixtest cases a mount is not expected to
 // pass, with the reason. (posixtest itself skips RenameOpenDir when fstat
-// of a directory renamed over fails, and Tmpfile when O_TMPFILE is not
-// supported; the test log says so.)
+// of a directory renamed over fails; the test log says so.)
 var posixtestSkips = map[string]string{
 	// The case takes a write lock through one descriptor and expects a
 	// read lock through a second descriptor of the same process to fail.

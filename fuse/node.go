@@ -27,6 +27,7 @@ var (
 	_ fs.NodeGetattrer      = (*node)(nil)
 	_ fs.NodeSetattrer      = (*node)(nil)
 	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeTmpfiler       = (*node)(nil)
 	_ fs.NodeMknoder        = (*node)(nil)
 	_ fs.NodeMkdirer        = (*node)(nil)
 	_ fs.NodeSymlinker      = (*node)(nil)
@@ -213,6 +214,21 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fail("create", err)
 	}
 	child := n.entry(ctx, &a, out)
+	return child, newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
+}
+
+// Tmpfile answers open(2) with O_TMPFILE: a file with no name, which
+// linkat(2) of the descriptor may name later (not with O_EXCL).
+func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = detach(ctx)
+	a, f, err := n.fsys.c.Tmpfile(ctx, n.cred(ctx), n.ino(), mode, int(flags)&^syscall.O_NOCTTY)
+	if err != nil {
+		return nil, nil, 0, n.fail("tmpfile", err)
+	}
+	fillAttr(&a, &out.Attr)
+	out.SetAttrTimeout(n.fsys.o.AttrTimeout)
+	out.Generation = a.Gen
+	child := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: a.Ino, Gen: a.Gen})
 	return child, newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
 }
 

@@ -30,6 +30,12 @@ func (n *inode) isSymlink() bool { return n.rec.Mode&wire.ModeType == wire.ModeS
 func (n *inode) pending() bool   { return n.rec.Flags&wire.InodePending != 0 }
 func (n *inode) dead() bool      { return n.rec.Flags&wire.InodeDead != 0 }
 
+// linkable reports whether link may give the inode its first name (an
+// O_TMPFILE file, still open).
+func (n *inode) linkable() bool {
+	return n.rec.Flags&(wire.InodeLinkable|wire.InodeFreeing) == wire.InodeLinkable
+}
+
 // gone reports whether the inode has no links left (an orphan or being
 // freed): it cannot be reached by name.
 func (n *inode) gone() bool {

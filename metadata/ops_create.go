@@ -88,6 +88,9 @@ func addEntryRecords(d *inode, name string, ino uint64, typ uint32, now wire.Tim
 }
 
 func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) result {
+	if r.op == wire.OpTmpfile {
+		return s.tmpfile(ctx, r, q)
+	}
 	typ := q.Mode & wire.ModeType
 	perm := q.Mode & wire.ModePerm
 	switch r.op {
@@ -165,6 +168,65 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 			p.addOpen(r.key, n, q.OpenFlags&wire.OpenAccessMode != wire.OpenReadOnly)
 		}
 	}
+	return res
+}
+
+// tmpfile makes an open regular file with no name in q.Parent's
+// partition, as open(2) with O_TMPFILE does: an orphan of the caller's
+// open, freed when its last open ends, unless link gives it a name first
+// (InodeLinkable, which O_EXCL leaves unset). The directory needs search
+// and write permission, and lends a setgid group, as for a create.
+func (s *Service) tmpfile(ctx context.Context, r *request, q *wire.MakeRequest) result {
+	switch q.Mode & wire.ModeType {
+	case 0, wire.ModeRegular:
+	default:
+		return fail(status(syscall.EINVAL))
+	}
+	if q.OpenFlags&wire.OpenAccessMode == wire.OpenReadOnly {
+		return fail(status(syscall.EINVAL))
+	}
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Parent))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	if st := s.roomToGrow(); st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var d *inode
+	for {
+		d = p.inodes[q.Parent]
+		switch {
+		case d == nil:
+			return fail(status(syscall.ENOENT))
+		case d.pending():
+			if err := p.wait(ctx); err != nil {
+				return waitFailed()
+			}
+			continue
+		case !d.isDir():
+			return fail(status(syscall.ENOTDIR))
+		case !permits(&d.rec, r.cred, wire.AccessExec|wire.AccessWrite):
+			return fail(status(syscall.EACCES))
+		case d.dead():
+			return fail(status(syscall.ENOENT))
+		}
+		break
+	}
+	now := wire.TimespecOf(s.now())
+	rec := wire.InodeRecord{Ino: cluster.InodeNumber(p.id, p.nextIno), Gen: s.newGen(),
+		Mode: wire.ModeRegular | q.Mode&wire.ModePerm, UID: r.cred.UID, GID: r.cred.GID,
+		Atime: now, Mtime: now, Ctime: now, Btime: now, Flags: wire.InodeOrphan}
+	if q.OpenFlags&wire.OpenExcl == 0 {
+		rec.Flags |= wire.InodeLinkable
+	}
+	inherit(&rec, d.rec.Mode, d.rec.GID, r.cred)
+	res := ok(&wire.AttrReply{Attr: attrOf(&rec)})
+	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
+		return fail(wire.StatusInternal)
+	}
+	p.addOpen(r.key, p.inodes[rec.Ino], true)
 	return res
 }
 
@@ -293,7 +355,7 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 		switch {
 		case n.isDir():
 			return fail(status(syscall.EPERM))
-		case n.gone() || n.rec.Nlink == 0:
+		case (n.gone() || n.rec.Nlink == 0) && !n.linkable():
 			return fail(status(syscall.ENOENT))
 		case n.rec.Nlink >= s.cfg.MaxLinks:
 			return fail(status(syscall.EMLINK))
@@ -319,9 +381,7 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 			return fail(st)
 		}
 		now := wire.TimespecOf(s.now())
-		rec := n.rec
-		rec.Nlink++
-		rec.Ctime = now
+		rec := linkedRecord(n.rec, now)
 		res := ok(&wire.AttrReply{Attr: attrOf(&rec)})
 		recs := append(addEntryRecords(d, q.NewName, q.Ino, rec.Mode&wire.ModeType, now), &rec)
 		if err := p.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
@@ -329,9 +389,7 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 		}
 		return res
 	}
-	rec := n.rec
-	rec.Nlink++
-	rec.Ctime = wire.TimespecOf(s.now())
+	rec := linkedRecord(n.rec, wire.TimespecOf(s.now()))
 	txn, extra := p.newTxn()
 	in := &wire.IntentRecord{Txn: txn, Op: wire.IntentLink, Parent: q.NewParent, Name: q.NewName, Ino: q.Ino,
 		Type: rec.Mode & wire.ModeType, ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}
@@ -339,6 +397,15 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 		return fail(wire.StatusInternal)
 	}
 	return p.finishLink(in)
+}
+
+// linkedRecord is rec with one more link at now; a linkable orphan
+// (O_TMPFILE) gets its first name and is neither any more.
+func linkedRecord(rec wire.InodeRecord, now wire.Timespec) wire.InodeRecord {
+	rec.Nlink++
+	rec.Ctime = now
+	rec.Flags &^= wire.InodeOrphan | wire.InodeLinkable
+	return rec
 }
 
 // linkDenied answers a link that protected_hardlinks refuses, when the
@@ -379,6 +446,11 @@ func (p *partition) finishLink(in *wire.IntentRecord) result {
 		res = fail(peerStatus(rh.Status))
 		rec := n.rec
 		rec.Nlink--
+		if rec.Nlink == 0 {
+			// The first name of an O_TMPFILE file failed: an orphan
+			// again.
+			rec.Flags |= wire.InodeOrphan | wire.InodeLinkable
+		}
 		recs = append(recs, &rec)
 	}
 	recs = append(recs, &wire.IntentDoneRecord{Txn: in.Txn})

@@ -13,7 +13,6 @@ const (
 	cf1 = "CF-1: atime is never updated by reads and listings (no relatime)"
 	cf4 = "CF-4: RENAME_WHITEOUT is refused with EINVAL"
 	cf5 = "CF-5: a removed directory that is still open answers ESTALE to fstat"
-	cf7 = "CF-7: O_TMPFILE is not supported (EOPNOTSUPP)"
 	d1  = "D-1: FUSE does not tell the file system about chown(-1, -1) (an empty SETATTR): no setuid clearing, no EPERM, no ctime update"
 )
 
@@ -59,7 +58,6 @@ var memoryKnown = map[string]string{
 	"mknod socket/owner, mode and the parent's times":               memTimes,
 	"open/O_TRUNC":                                                  memTimes,
 	"open/O_TRUNC by another user clears setuid":                    memKillPriv,
-	"open/O_TMPFILE":                                                cf7,
 	"open/creates a file":                                           memTimes,
 	"readdir/of a removed directory":                                memRmdir,
 	"readdir/updates atime":                                         cf1,
@@ -120,7 +118,6 @@ var clusterKnown = map[string]string{
 	"chown/-1 -1 by someone else":         d1,
 	"chown/-1 -1 by the owner":            d1,
 	"chown/-1 -1 of a plain file":         d1,
-	"open/O_TMPFILE":                      cf7,
 	"readdir/updates atime":               cf1,
 	"rename/whiteout":                     cf4,
 	"rmdir/an open directory":             cf5,

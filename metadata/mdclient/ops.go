@@ -83,6 +83,17 @@ func (c *Client) Create(ctx context.Context, cred wire.Cred, parent uint64, name
 	return c.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Rdev: rdev, Open: open, OpenFlags: flags})
 }
 
+// Tmpfile makes a regular file with no name in directory parent, open
+// with flags (which must allow writing), as open(2) with O_TMPFILE does:
+// it ends with its last open unless Link names it first (not with
+// O_EXCL). One request, to parent's owner.
+func (c *Client) Tmpfile(ctx context.Context, cred wire.Cred, parent uint64, mode, flags uint32) (wire.Attr, error) {
+	var r wire.AttrReply
+	err := c.call(ctx, wire.OpTmpfile, cred, partitionOf(parent),
+		&wire.MakeRequest{Parent: parent, Mode: wire.ModeRegular | mode&wire.ModePerm, Open: true, OpenFlags: flags}, &r, nil)
+	return r.Attr, err
+}
+
 // Mkdir makes directory name in parent with permission bits mode.
 func (c *Client) Mkdir(ctx context.Context, cred wire.Cred, parent uint64, name string, mode uint32) (wire.Attr, error) {
 	return c.make(ctx, wire.OpMkdir, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: wire.ModeDir | mode&wire.ModePerm})

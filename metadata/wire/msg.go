@@ -147,7 +147,7 @@ func NewRequest(op Op) Body {
 		return &GetAttrRequest{}
 	case OpSetAttr:
 		return &SetAttrRequest{}
-	case OpCreate, OpMkdir, OpSymlink:
+	case OpCreate, OpMkdir, OpSymlink, OpTmpfile:
 		return &MakeRequest{}
 	case OpLink:
 		return &LinkRequest{}
@@ -199,7 +199,7 @@ func NewReply(op Op) Body {
 		return &Empty{}
 	case OpLookup:
 		return &LookupReply{}
-	case OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpOpen, OpWriteCommit:
+	case OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpOpen, OpWriteCommit, OpTmpfile:
 		return &AttrReply{}
 	case OpReadlink:
 		return &ReadlinkReply{}

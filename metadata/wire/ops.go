@@ -46,6 +46,9 @@ const (
 	OpGetLk       Op = 0x0116 // Ino's owner
 	OpSetLk       Op = 0x0117 // Ino's owner
 	OpKeepAlive   Op = 0x0118 // every node the client holds opens or locks at
+	// OpTmpfile makes an open regular file with no name (O_TMPFILE) in
+	// Parent's partition: Parent's owner.
+	OpTmpfile Op = 0x0119
 )
 
 // Node-to-node ops of the collect-dispatch protocols (docs/metadata.md).
@@ -76,7 +79,7 @@ var (
 	ClientOps = []Op{OpNull, OpLookup, OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink,
 		OpUnlink, OpRmdir, OpRename, OpReadlink, OpReadDir, OpStatFS, OpGetXattr, OpSetXattr,
 		OpListXattr, OpRemoveXattr, OpAccess, OpOpen, OpRelease, OpWriteCommit, OpGetLk, OpSetLk,
-		OpKeepAlive}
+		OpKeepAlive, OpTmpfile}
 	PeerOps = []Op{OpEntryAdd, OpEntryRemove, OpTxLock, OpTxApply, OpTxAbort, OpTxStatus, OpGetParent}
 )
 
@@ -87,8 +90,8 @@ var opNames = map[Op]string{
 	OpReadDir: "readdir", OpStatFS: "statfs", OpGetXattr: "getxattr", OpSetXattr: "setxattr",
 	OpListXattr: "listxattr", OpRemoveXattr: "removexattr", OpAccess: "access", OpOpen: "open",
 	OpRelease: "release", OpWriteCommit: "writecommit", OpGetLk: "getlk", OpSetLk: "setlk",
-	OpKeepAlive: "keepalive",
-	OpEntryAdd:  "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
+	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile",
+	OpEntryAdd: "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
 	OpTxApply: "tx-apply", OpTxAbort: "tx-abort", OpTxStatus: "tx-status", OpGetParent: "get-parent",
 }
 
@@ -104,7 +107,7 @@ func (o Op) String() string {
 func (o Op) Mutating() bool {
 	switch o {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename,
-		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit:
+		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile:
 		return true
 	}
 	return false

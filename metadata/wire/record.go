@@ -148,8 +148,12 @@ const (
 	// InodeFreeing: no links and no opens; its data is being freed, then
 	// the inode is.
 	InodeFreeing uint32 = 1 << 3
+	// InodeLinkable: an orphan made by O_TMPFILE (without O_EXCL), which
+	// link may give a name, as Linux's I_LINKABLE; the first link clears
+	// it.
+	InodeLinkable uint32 = 1 << 4
 
-	inodeFlagsAll = InodeFreeing<<1 - 1
+	inodeFlagsAll = InodeLinkable<<1 - 1
 )
 
 // InodeRecord is an inode's full state.

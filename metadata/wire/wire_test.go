@@ -57,6 +57,7 @@ func sampleRequests() map[string]struct {
 		"getlk":       {OpGetLk, &LockRequest{Ino: 1, Lock: Lock{Kind: LockPOSIX, Type: LockWrite, Owner: 5, Start: 0, End: LockEOF, PID: 7}}},
 		"setlk":       {OpSetLk, &LockRequest{Ino: 1, Lock: Lock{Kind: LockFlock, Type: LockUnlock, Owner: 6, Start: 1, End: 2}}},
 		"keepalive":   {OpKeepAlive, &Empty{}},
+		"tmpfile":     {OpTmpfile, &MakeRequest{Parent: 1, Mode: ModeRegular | 0o600, Open: true, OpenFlags: OpenReadWrite}},
 		"entry-add":   {OpEntryAdd, &EntryAddRequest{Txn: txn, Watermark: 50, Dir: 1, Name: "n", Ino: 9, Type: ModeDir}},
 		"entry-remove": {OpEntryRemove, &EntryRemoveRequest{Txn: txn, Watermark: 50, Dir: 1, Name: "n", Ino: 9,
 			VictimUID: 1000, IsDir: true}},
