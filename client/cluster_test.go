@@ -296,3 +296,69 @@ func TestClusterKnownInodeRouting(t *testing.T) {
 		t.Errorf("unlink of a name that does not exist, with a gone inode: %v, want ENOENT", err)
 	}
 }
+
+// TestClusterFullFileSystem fills a small cluster with file data: the
+// write that does not fit answers ENOSPC, statfs has no available space
+// left on the node that refused it, what was written reads back, and the
+// full file system still takes removals.
+func TestClusterFullFileSystem(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{RegionSize: 16 << 20})
+	ctx := context.Background()
+	root := client.Cred{}
+	before, err := c.StatFS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("full"), 256<<10)
+	var names []string
+	var full error
+	for i := 0; i < 200 && full == nil; i++ {
+		name := fmt.Sprintf("f%03d", i)
+		a, f, err := c.Create(ctx, root, cluster.RootInode, name, 0o644, syscall.O_WRONLY)
+		if err != nil {
+			full = err
+			break
+		}
+		names = append(names, name)
+		if _, err := f.WriteAt(ctx, chunk, 0); err != nil {
+			full = err
+		} else if err := f.Sync(ctx); err != nil {
+			full = err
+		}
+		_ = f.Close(ctx)
+		_ = a
+	}
+	if !errors.Is(full, syscall.ENOSPC) {
+		t.Fatalf("after %d files of 1 MiB: %v, want ENOSPC", len(names), full)
+	}
+	after, err := c.StatFS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ENOSPC after %d files; statfs before %+v, when full %+v", len(names), before, after)
+	if after.Bavail*uint64(after.Bsize) > before.Bavail*uint64(before.Bsize)/2 {
+		t.Fatalf("statfs still shows %d of %d bytes available", after.Bavail*uint64(after.Bsize), before.Bavail*uint64(before.Bsize))
+	}
+	// Every complete file reads back.
+	got := make([]byte, len(chunk))
+	for _, name := range names[:len(names)-1] {
+		a, err := c.Lookup(ctx, root, cluster.RootInode, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := c.Open(ctx, root, a.Ino, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := f.ReadAt(ctx, got, 0); err != nil || n != len(chunk) || !bytes.Equal(got, chunk) {
+			t.Fatalf("%s: read %d bytes, %v; equal %v", name, n, err, bytes.Equal(got, chunk))
+		}
+		_ = f.Close(ctx)
+	}
+	// The full file system takes removals.
+	for _, name := range names {
+		if err := c.Unlink(ctx, root, cluster.RootInode, name); err != nil {
+			t.Fatalf("unlink %s on a full file system: %v", name, err)
+		}
+	}
+}

@@ -941,10 +941,13 @@ func (s *Service) VolatileBytes() uint64 {
 	return n
 }
 
-// Capacity reports the node's data capacity.
+// Capacity reports the node's data capacity. Free leaves out the region's
+// LogReserve, which data never takes: statfs's available space runs out
+// when writes start to answer ENOSPC, not later.
 func (s *Service) Capacity() wire.Capacity {
 	st := s.region.Stats()
-	c := wire.Capacity{Total: st.Blocks * s.bs, Free: (st.Blocks - st.BlocksUsed) * s.bs}
+	free := (st.Blocks - st.BlocksUsed) * s.bs
+	c := wire.Capacity{Total: st.Blocks * s.bs, Free: free - min(free, s.cfg.LogReserve)}
 	for _, p := range s.partitions() {
 		if p.broken != nil {
 			continue

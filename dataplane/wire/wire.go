@@ -385,8 +385,9 @@ const maxMessage = 512
 
 // Capacity is a node's data capacity.
 type Capacity struct {
-	// Total is the region's data area in bytes; Free what is neither
-	// used nor quarantined (free region blocks plus free pool blocks).
+	// Total is the region's data area in bytes; Free what data may still
+	// take (free pool blocks plus free region blocks beyond the logs'
+	// reserve).
 	Total, Free uint64
 	// Used is bytes in file blocks; Quarantined bytes freed but not yet
 	// reusable.
