@@ -87,4 +87,7 @@ type dataIO interface {
 	// Forget drops what the engine caches about ino (extent maps), so
 	// that the next read sees other clients' closed writes.
 	Forget(ino uint64)
+	// TakeAhead reports, once, whether the engine allocated blocks past
+	// its writes to ino, which the owner frees at the last close.
+	TakeAhead(ino uint64) bool
 }

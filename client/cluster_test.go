@@ -362,3 +362,76 @@ func TestClusterFullFileSystem(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterCloseFreesBlocksAhead: a writer's allocations ahead of its
+// writes (which make a sequential writer ask for blocks once per chunk)
+// are freed when the file's last open closes, so small files do not take
+// twice their size; what was written stays.
+func TestClusterCloseFreesBlocksAhead(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	root := client.Cred{}
+	used := func() uint64 {
+		u, err := client.TestingDataUsed(c, ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	before := used()
+	const files, piece = 20, 100_000
+	want := make([][]byte, files)
+	var keep *client.File
+	for i := range files {
+		a, f, err := c.Create(ctx, root, cluster.RootInode, fmt.Sprintf("s%02d", i), 0o644, syscall.O_RDWR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			// A second open of the first file outlives the first close:
+			// nothing is freed until it closes too.
+			if keep, err = c.Open(ctx, root, a.Ino, syscall.O_RDONLY); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j := range 3 {
+			p := bytes.Repeat([]byte{byte('a' + i), byte('0' + j)}, piece/2)
+			want[i] = append(want[i], p...)
+			if _, err := f.WriteAt(ctx, p, int64(j*piece)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := uint64(files * 3 * piece)
+	// In blocks of 4 KiB: a little over the data.
+	limit := data + data/8
+	deadline := time.Now().Add(20 * time.Second)
+	for used()-before > limit {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d files of %d bytes take %d bytes", files, 3*piece, used()-before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%d bytes written take %d bytes", data, used()-before)
+	if err := keep.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 3*piece)
+	for i := range files {
+		a, err := c.Lookup(ctx, root, cluster.RootInode, fmt.Sprintf("s%02d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := c.Open(ctx, root, a.Ino, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := f.ReadAt(ctx, got, 0); err != nil || n != len(got) || !bytes.Equal(got, want[i]) {
+			t.Fatalf("s%02d: read %d bytes, %v; equal %v", i, n, err, bytes.Equal(got, want[i]))
+		}
+		_ = f.Close(ctx)
+	}
+}

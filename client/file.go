@@ -415,9 +415,15 @@ func (f *File) Close(ctx context.Context) error {
 			}
 		}
 	}
-	f.c.opens.release(f)
+	last := f.c.opens.release(f)
 	if !f.c.closed.Load() {
-		if rerr := f.c.ns.Release(octx, f.oi.ino, f.flags); err == nil {
+		flags := f.flags
+		if last && f.c.data.TakeAhead(f.oi.ino) {
+			// Blocks allocated past what was written: the owner frees
+			// them once no open is left (anywhere).
+			flags |= releaseTrimAhead
+		}
+		if rerr := f.c.ns.Release(octx, f.oi.ino, flags); err == nil {
 			err = rerr
 		}
 	}

@@ -916,6 +916,8 @@ func (d *memData) trim(ino, size uint64) {
 	}
 }
 
+func (d *memData) TakeAhead(uint64) bool { return false }
+
 func (d *memData) Forget(ino uint64) {
 	d.mu.Lock()
 	d.forgets[ino]++

@@ -444,6 +444,10 @@ func (n mdNamespace) Release(ctx context.Context, ino uint64, flags int) error {
 	return n.md.Release(ctx, ino, uint32(flags))
 }
 
+// releaseTrimAhead in Release's flags asks the owner to free the blocks
+// allocated past the end of the file once no open is left.
+const releaseTrimAhead = int(wire.ReleaseTrimAhead)
+
 func (n mdNamespace) Commit(ctx context.Context, cred Cred, ino uint64, size uint64, mtime time.Time) (Attr, error) {
 	a, err := n.md.WriteCommit(ctx, wireCred(cred), ino, size, timespec(mtime))
 	return fromWire(a), err

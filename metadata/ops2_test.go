@@ -324,3 +324,30 @@ func TestLinkLimit(t *testing.T) {
 	require.NoError(t, cl.Rename(bg, root, wire.RenameRequest{SrcParent: rootIno, SrcName: "f", DstParent: d.Ino, DstName: "f"}))
 	require.Equal(t, uint32(limit), f.attr(d.Ino).Nlink)
 }
+
+// TestReleaseTrimsAhead: a release flagged ReleaseTrimAhead has the data
+// past the file's size freed once no open is left, without touching the
+// file's times; with an open left, nothing happens.
+func TestReleaseTrimsAhead(t *testing.T) {
+	c := metatest.Start(t, metatest.Config{})
+	cl := c.Client()
+	f := &fixture{t: t, cl: cl}
+	a := f.file(rootIno, "f", 0o644, root)
+	_, err := cl.WriteCommit(bg, root, a.Ino, 5000, wire.Timespec{Sec: 7})
+	require.NoError(t, err)
+	_, err = cl.Open(bg, root, a.Ino, a.Gen, wire.OpenReadWrite, false)
+	require.NoError(t, err)
+	_, err = cl.Open(bg, root, a.Ino, a.Gen, wire.OpenReadOnly, false)
+	require.NoError(t, err)
+	before := f.attr(a.Ino)
+	require.NoError(t, cl.Release(bg, a.Ino, wire.OpenReadWrite|wire.ReleaseTrimAhead))
+	time.Sleep(100 * time.Millisecond)
+	require.Empty(t, c.Data.TruncatedTo(a.Ino), "an open is left")
+	require.NoError(t, cl.Release(bg, a.Ino, wire.OpenReadOnly|wire.ReleaseTrimAhead))
+	require.Eventually(t, func() bool { return len(c.Data.TruncatedTo(a.Ino)) == 1 }, 10*time.Second, time.Millisecond)
+	require.Equal(t, []uint64{5000}, c.Data.TruncatedTo(a.Ino), "trimmed to its own size")
+	require.Eventually(t, func() bool {
+		after, err := cl.GetAttr(bg, root, a.Ino, 0)
+		return err == nil && after == before
+	}, 10*time.Second, time.Millisecond, "size and times unchanged")
+}

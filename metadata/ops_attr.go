@@ -184,8 +184,10 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	}
 	rec := n.rec
 	rec.Size = in.Size
-	now := wire.TimespecOf(s.now())
-	rec.Mtime, rec.Ctime = now, now
+	if in.ReqOp != wire.OpRelease { // not a trim at the last close
+		now := wire.TimespecOf(s.now())
+		rec.Mtime, rec.Ctime = now, now
+	}
 	nn := *n
 	nn.rec = rec
 	res := ok(&wire.AttrReply{Attr: nn.attr()})
@@ -338,7 +340,33 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 	if s.sessions.dropOpen(r.key, q.Ino, q.Flags&wire.OpenAccessMode != wire.OpenReadOnly) {
 		p.releaseOpens(ctx, q.Ino, 1)
 	}
+	if q.Flags&wire.ReleaseTrimAhead != 0 {
+		p.trimAhead(q.Ino)
+	}
 	return ok(&wire.Empty{})
+}
+
+// trimAhead frees, in the background, the blocks past the end of regular
+// file ino that a writer had allocated ahead of its writes and never
+// wrote, once no open of the file remains (a later open waits for it).
+// It is a truncate to the file's own size: an intent that keeps the inode
+// busy, the chunk service's trim on every node, then the intent's end,
+// with the times unchanged (finishTruncate; a restart finishes it).
+func (p *partition) trimAhead(ino uint64) {
+	p.svc.goBackground(func(context.Context) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := p.inodes[ino]
+		if n == nil || n.opens > 0 || n.busy || n.pending() || n.gone() || n.rec.Mode&wire.ModeType != wire.ModeRegular {
+			return
+		}
+		txn, extra := p.newTxn()
+		in := &wire.IntentRecord{Txn: txn, Op: wire.IntentTruncate, Ino: ino, Size: n.rec.Size, ReqOp: wire.OpRelease}
+		if err := p.commit(nonNil(extra, in)...); err != nil {
+			return
+		}
+		p.finishTruncate(in)
+	})
 }
 
 // releaseOpens ends k opens of ino; an orphan without opens is freed.

@@ -108,7 +108,10 @@ type Engine struct {
 	// the background.
 	streams     map[uint64]stream
 	prefetching map[chunkKey]bool
-	closed      bool
+	// aheadOf are the inodes this engine asked blocks ahead of its
+	// writes for (TakeAhead).
+	aheadOf map[uint64]bool
+	closed  bool
 
 	// bg ends the background allocations at Close; wg waits for them.
 	bg     context.Context
@@ -170,7 +173,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, log: log, pd: pd,
 		conns: make(map[cluster.NodeID]*dataConn), dialing: make(map[cluster.NodeID]*sync.Mutex),
 		cache: make(map[uint64]map[uint64]*cached), gen: make(map[uint64]uint64),
-		dirty: make(map[uint64]writes), persisting: make(map[uint64][]*persisting), streams: make(map[uint64]stream),
+		dirty: make(map[uint64]writes), persisting: make(map[uint64][]*persisting), streams: make(map[uint64]stream), aheadOf: make(map[uint64]bool),
 		prefetching: make(map[chunkKey]bool)}
 	e.bg, e.stopBg = context.WithCancel(context.Background())
 	e.bounces = bouncePool{e: e, keep: cfg.BounceKeep, free: make(map[int][]*bounce)}
@@ -363,6 +366,11 @@ func (e *Engine) extents(ctx context.Context, m *cluster.Map, node cluster.NodeI
 	if alloc {
 		bs := dc.grant.BlockSize
 		req.Op, req.Off, req.Len, req.Ahead = wire.OpAllocate, lo, hi-lo, ahead
+		if ahead > 0 {
+			e.mu.Lock()
+			e.aheadOf[ino] = true
+			e.mu.Unlock()
+		}
 		if lo%bs != 0 {
 			req.MineHead = own.stampCovering(lo/bs*bs, bs)
 		}
@@ -475,6 +483,19 @@ func (e *Engine) Forget(ino uint64) {
 	delete(e.streams, ino)
 	e.gen[ino]++
 	e.mu.Unlock()
+}
+
+// TakeAhead reports whether this engine asked blocks ahead of its writes
+// to ino since the last TakeAhead of ino (or ever), and forgets it. The
+// blocks not written stay allocated past the end of the file until its
+// owner frees them: the client asks for that when it closes the file's
+// last open (wire.ReleaseTrimAhead).
+func (e *Engine) TakeAhead(ino uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	had := e.aheadOf[ino]
+	delete(e.aheadOf, ino)
+	return had
 }
 
 // noteWrite records that [lo, hi) of ino's chunk was written through

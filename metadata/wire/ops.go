@@ -259,3 +259,9 @@ const (
 	OpenNoAtime    uint32 = syscall.O_NOATIME
 	OpenPath       uint32 = 0x200000 // O_PATH
 )
+
+// ReleaseTrimAhead, in ReleaseRequest.Flags (no open flag has the bit),
+// says the releasing client had blocks allocated past what it wrote:
+// when no open of the file remains, the owner frees the data past the
+// file's size (see docs/metadata.md).
+const ReleaseTrimAhead uint32 = 1 << 30
