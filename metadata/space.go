@@ -14,12 +14,14 @@ import (
 // append may run out of room. Operations that add lasting state to the
 // namespace (create, mkdir, symlink, mknod, link, a new xattr, and the
 // directory entry a peer adds for them) are refused with ENOSPC while
-// the region has less than Config.SpaceReserve free, before they change
-// anything. What they leave free is for every other record: removals,
-// renames, attribute changes and the steps of transactions under way, so
-// that a full file system can always be emptied. File data leaves more
-// than that to the logs (dataplane's LogReserve is twice the default
-// reserve here).
+// the region has less than Config.SpaceReserve plus twice the largest
+// partition's live state free (a rewrite writes the live state before it
+// frees the old log), before they change anything. What they leave free
+// is for every other record: removals, renames and attribute changes go
+// on down to a quarter of the reserve plus one live state, and the steps
+// of transactions under way are never refused, so that a full file
+// system can always be emptied. File data leaves more than that to the
+// logs (dataplane's LogReserve is twice the default reserve here).
 //
 // Logs hold history as well as state. While the region is short of
 // space, partitions whose log is mostly history are rewritten even
