@@ -514,20 +514,19 @@ func (e *Engine) noteWrite(ino uint64, key ownerKey, chunk, stamp uint64, lo, hi
 
 // ahead returns how many bytes to allocate past a write of [off,
 // off+n) of ino, and records the write's stream: a write that starts
-// where the last one ended (or at 0) continues a stream, and is given as
-// many bytes ahead as the stream has written so far, so a sequential
-// writer asks for blocks about once per chunk while a file written once
-// gets at most twice its size. Other writes get none.
+// where the last one ended continues a stream, and is given as many
+// bytes ahead as the stream has written so far, so a sequential writer
+// asks for blocks about once per chunk, while a file written at once (a
+// stream's first write) gets nothing it does not use. Other writes get
+// none. What a stream allocated and did not write is freed at the last
+// close (TakeAhead).
 func (e *Engine) ahead(ino, off, n uint64) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st, ok := e.streams[ino]
-	if !(ok && st.end == off) && off != 0 {
+	if !ok || st.end != off {
 		e.streams[ino] = stream{start: off, end: off + n}
 		return 0
-	}
-	if !ok || st.end != off {
-		st.start = off
 	}
 	st.end = off + n
 	e.streams[ino] = st
