@@ -23,7 +23,9 @@ type namespace interface {
 	// with flags, in one request: the creator may write a file whose mode
 	// forbids it (open(2) with O_CREAT and mode 0444 gives a writable
 	// descriptor), which a separate Open would refuse.
-	Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, error)
+	// Create and Make also return the directory's attributes as the
+	// entry left them, when the reply carries them (else nil).
+	Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, *Attr, error)
 	// Tmpfile makes a regular file with no name in directory parent and
 	// registers an open of it with flags (O_TMPFILE): it ends with its
 	// last open unless Link names it first (not with O_EXCL).
@@ -31,7 +33,7 @@ type namespace interface {
 	// Make creates an inode of any type in parent: a regular file, device,
 	// fifo or socket (rdev for devices), a directory, or a symlink to
 	// target. An existing name is EEXIST.
-	Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error)
+	Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, *Attr, error)
 	Link(ctx context.Context, cred Cred, ino, newParent uint64, newName string) (Attr, error)
 	Unlink(ctx context.Context, cred Cred, parent uint64, name string) error
 	Rmdir(ctx context.Context, cred Cred, parent uint64, name string) error

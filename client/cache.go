@@ -86,6 +86,92 @@ func (c *ttlCache[K]) drop(k K) {
 	c.mu.Unlock()
 }
 
+// freshDirs keeps a directory's attributes as the reply to a creation in
+// it left them, for one GetAttr (CacheConfig.DirAfterCreate). A request
+// that changes a directory notes its generation before it is sent and
+// stores what its reply says only if no drop of the directory came in
+// between, so an answer overtaken by another change is never kept.
+type freshDirs struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu   sync.Mutex
+	m    map[uint64]cached
+	gens [64]uint64 // drops, per bucket of inode numbers
+}
+
+// freshMax bounds freshDirs (entries also expire).
+const freshMax = 4096
+
+func newFreshDirs(ttl time.Duration, now func() time.Time) *freshDirs {
+	if ttl <= 0 {
+		return nil
+	}
+	return &freshDirs{ttl: ttl, now: now, m: make(map[uint64]cached)}
+}
+
+func bucketOf(ino uint64) int { return int((ino ^ ino>>17 ^ ino>>41) % 64) }
+
+// gen is the generation to pass to put for a request about to change ino.
+func (f *freshDirs) gen(ino uint64) uint64 {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gens[bucketOf(ino)]
+}
+
+// put keeps a for ino unless ino (or another inode of its bucket) was
+// dropped since gen.
+func (f *freshDirs) put(ino uint64, a Attr, gen uint64) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gens[bucketOf(ino)] != gen {
+		delete(f.m, ino)
+		return
+	}
+	now := f.now()
+	if len(f.m) >= freshMax {
+		for k, e := range f.m {
+			if !now.Before(e.expires) || len(f.m) >= freshMax {
+				delete(f.m, k)
+			}
+		}
+	}
+	f.m[ino] = cached{attr: a, expires: now.Add(f.ttl)}
+}
+
+// take returns and forgets what is kept for ino, if it has not expired.
+func (f *freshDirs) take(ino uint64) (Attr, bool) {
+	if f == nil {
+		return Attr{}, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.m[ino]
+	if !ok {
+		return Attr{}, false
+	}
+	delete(f.m, ino)
+	return e.attr, f.now().Before(e.expires)
+}
+
+// drop forgets ino and makes the puts of requests under way about it
+// (or about an inode of its bucket) void.
+func (f *freshDirs) drop(ino uint64) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	f.gens[bucketOf(ino)]++
+	delete(f.m, ino)
+	f.mu.Unlock()
+}
+
 // len reports how many entries are held (expired ones included).
 func (c *ttlCache[K]) len() int {
 	if c == nil {

@@ -31,6 +31,9 @@ type Client struct {
 	opens   openTable
 	entries *ttlCache[entryKey]
 	attrs   *ttlCache[uint64]
+	// fresh keeps directories' attributes after creations in them
+	// (KeepDirsAfterCreate); dropAttrs drops both caches.
+	fresh *freshDirs
 
 	// nextOwner hands out lock owners for files the native API opens.
 	nextOwner atomic.Uint64
@@ -78,6 +81,23 @@ func newClient(cfg Config) *Client {
 		c.attrs = newTTLCache[uint64](cfg.Cache.AttrTTL, cfg.Cache.MaxEntries, cfg.Now)
 	}
 	return c
+}
+
+// KeepDirsAfterCreate makes the client keep, for ttl, the attributes of a
+// directory as a creation in it left them (the reply carries them), for
+// the next GetAttr of the directory only: the FUSE kernel asks for them
+// after every creation, which then costs no request. Any other change of
+// the directory through this client drops them; 0 turns it off. The
+// mount calls it with its attribute timeout, for which the kernel would
+// have kept them itself. Call it before the client is used.
+func (c *Client) KeepDirsAfterCreate(ttl time.Duration) {
+	c.fresh = newFreshDirs(ttl, c.cfg.Now)
+}
+
+// dropAttrs forgets what the caches hold of ino's attributes.
+func (c *Client) dropAttrs(ino uint64) {
+	c.attrs.drop(ino)
+	c.fresh.drop(ino)
 }
 
 // randomID returns a random non-zero 64-bit id.

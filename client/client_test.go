@@ -734,3 +734,72 @@ func TestLockRangesSplitAndSessionEndReleases(t *testing.T) {
 	f2.Close(ctx)
 	_ = f1
 }
+
+// TestDirAfterCreate: with KeepDirsAfterCreate, the GetAttr of a
+// directory that follows a creation in it (as the FUSE kernel sends) is
+// answered from the creation's reply, once, within the time given; a
+// change of the directory that overtakes the reply, or the time running
+// out, sends the request.
+func TestDirAfterCreate(t *testing.T) {
+	fc := newFakeCluster()
+	c := fc.client(t)
+	c.KeepDirsAfterCreate(time.Second)
+	ctx := context.Background()
+	getattrs := func() int {
+		fc.ns.mu.Lock()
+		defer fc.ns.mu.Unlock()
+		return fc.ns.calls["getattr"]
+	}
+	d, err := c.Mkdir(ctx, alice, cluster.RootInode, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.advance(time.Millisecond)
+	if _, err := c.Mkdir(ctx, alice, d.Ino, "sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := getattrs()
+	got, err := c.GetAttr(ctx, alice, d.Ino)
+	if err != nil || getattrs() != n {
+		t.Fatalf("getattr after mkdir: %v, %d requests, want none", err, getattrs()-n)
+	}
+	want, err := c.GetAttr(ctx, alice, d.Ino)
+	if err != nil || getattrs() != n+1 {
+		t.Fatalf("second getattr: %v, %d requests, want 1", err, getattrs()-n)
+	}
+	if got != want || got.Nlink != 3 || !got.Mtime.After(d.Mtime) {
+		t.Fatalf("kept %+v, the directory is %+v (nlink 3, mtime after %v)", got, want, d.Mtime)
+	}
+
+	// Overtaken: a change of the directory lands between the request
+	// and the keeping of its reply.
+	gen := c.fresh.gen(d.Ino)
+	c.dropAttrs(d.Ino)
+	c.fresh.put(d.Ino, got, gen)
+	n = getattrs()
+	if _, err := c.GetAttr(ctx, alice, d.Ino); err != nil || getattrs() != n+1 {
+		t.Fatalf("getattr after an overtaken reply: %v, %d requests, want 1", err, getattrs()-n)
+	}
+
+	// Expired.
+	if _, f, err := c.Create(ctx, alice, d.Ino, "f", 0o644, syscall.O_RDWR); err != nil {
+		t.Fatal(err)
+	} else {
+		defer f.Close(ctx)
+	}
+	fc.advance(2 * time.Second)
+	n = getattrs()
+	if _, err := c.GetAttr(ctx, alice, d.Ino); err != nil || getattrs() != n+1 {
+		t.Fatalf("getattr after the time ran out: %v, %d requests, want 1", err, getattrs()-n)
+	}
+
+	// Off by default.
+	c2 := fc.client(t)
+	if _, err := c2.Mkdir(ctx, alice, d.Ino, "sub2", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n = getattrs()
+	if _, err := c2.GetAttr(ctx, alice, d.Ino); err != nil || getattrs() != n+1 {
+		t.Fatalf("getattr without KeepDirsAfterCreate: %v, %d requests, want 1", err, getattrs()-n)
+	}
+}

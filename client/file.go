@@ -30,6 +30,11 @@ type openInode struct {
 	size uint64
 	// dirty is set by a write and cleared by the commit that follows it.
 	dirty bool
+	// grew is set by a write past the size, for the whole life of the
+	// open inode: its last close then has the blocks allocated ahead of
+	// the writes freed (a file rewritten in place keeps them, and does
+	// not allocate them again at every open).
+	grew bool
 	// mtime is the time of the last write, for the commit.
 	mtime time.Time
 	// files are the open Files of the inode (guarded by openTable.mu),
@@ -158,7 +163,7 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 		return nil, c.fail(ctx, "open", err)
 	}
 	if flags&syscall.O_TRUNC != 0 {
-		c.attrs.drop(ino)
+		c.dropAttrs(ino)
 	}
 	return c.newFile(cred, a, flags), nil
 }
@@ -259,12 +264,14 @@ const maxFileSize = 1 << 60
 // wrote records a completed write ending at end.
 func (f *File) wrote(end uint64) {
 	f.oi.mu.Lock()
-	f.oi.size = max(f.oi.size, end)
+	if end > f.oi.size {
+		f.oi.size, f.oi.grew = end, true
+	}
 	f.oi.dirty = true
 	f.oi.mtime = f.c.cfg.Now()
 	f.oi.cred = f.cred
 	f.oi.mu.Unlock()
-	f.c.attrs.drop(f.oi.ino)
+	f.c.dropAttrs(f.oi.ino)
 }
 
 // appendAt writes p at the end of the file: the larger of the size the
@@ -291,8 +298,11 @@ func (f *File) appendAt(ctx, octx context.Context, p []byte) (int, error) {
 		oi.mtime = f.c.cfg.Now()
 		oi.cred = f.cred
 	}
+	if len(p) > 0 {
+		oi.grew = true
+	}
 	oi.size = off + uint64(len(p))
-	f.c.attrs.drop(oi.ino)
+	f.c.dropAttrs(oi.ino)
 	return len(p), nil
 }
 
@@ -418,7 +428,10 @@ func (f *File) Close(ctx context.Context) error {
 	last := f.c.opens.release(f)
 	if !f.c.closed.Load() {
 		flags := f.flags
-		if last && f.c.data.TakeAhead(f.oi.ino) {
+		f.oi.mu.Lock()
+		grew := f.oi.grew
+		f.oi.mu.Unlock()
+		if last && f.c.data.TakeAhead(f.oi.ino) && grew {
 			// Blocks allocated past what was written: the owner frees
 			// them once no open is left (anywhere).
 			flags |= releaseTrimAhead

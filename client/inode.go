@@ -62,6 +62,9 @@ func (c *Client) Lookup(ctx context.Context, cred Cred, parent uint64, name stri
 // GetAttr returns ino's attributes. For a file this client has written
 // and not yet flushed, the size and mtime include those writes.
 func (c *Client) GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
+	if a, ok := c.fresh.take(ino); ok {
+		return a, nil
+	}
 	if a, ok := c.attrs.get(ino); ok {
 		return c.opens.overlay(a), nil
 	}
@@ -72,7 +75,7 @@ func (c *Client) GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, erro
 	}
 	a, err := c.ns.GetAttr(octx, cred, ino)
 	if err != nil {
-		c.attrs.drop(ino)
+		c.dropAttrs(ino)
 		return Attr{}, c.fail(ctx, "getattr", err)
 	}
 	c.attrs.put(ino, a)
@@ -89,7 +92,7 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 	if err != nil {
 		return Attr{}, c.fail(ctx, "setattr", err)
 	}
-	c.attrs.drop(ino)
+	c.dropAttrs(ino)
 	var a Attr
 	// Unflushed writes are committed first when the size or the mtime
 	// changes: no write may land beyond a new end afterwards, and the
@@ -126,8 +129,9 @@ func (c *Client) Create(ctx context.Context, cred Cred, parent uint64, name stri
 		return Attr{}, nil, c.fail(ctx, "create", err)
 	}
 	flags &^= syscall.O_TRUNC | syscall.O_CREAT | syscall.O_EXCL
-	a, err := c.ns.Create(octx, cred, parent, name, syscall.S_IFREG|mode&modePerm, flags)
-	c.attrs.drop(parent)
+	gen := c.fresh.gen(parent)
+	a, dir, err := c.ns.Create(octx, cred, parent, name, syscall.S_IFREG|mode&modePerm, flags)
+	c.changedDir(parent, dir, gen)
 	if err != nil {
 		return Attr{}, nil, c.fail(ctx, "create", err)
 	}
@@ -153,6 +157,20 @@ func (c *Client) Tmpfile(ctx context.Context, cred Cred, dir uint64, mode uint32
 	}
 	c.attrs.put(a.Ino, a)
 	return a, c.newFile(cred, a, flags&^syscall.O_EXCL), nil
+}
+
+// changedDir records that a request changed directory dir: what the
+// caches held of it goes, and dir's attributes as the reply gave them
+// (nil if it did not) are kept for the next GetAttr, unless another
+// change of dir overtook the request (gen is fresh.gen(dir) from before
+// it was sent).
+func (c *Client) changedDir(ino uint64, dir *Attr, gen uint64) {
+	c.attrs.drop(ino)
+	if dir == nil {
+		c.fresh.drop(ino)
+		return
+	}
+	c.fresh.put(ino, *dir, gen)
 }
 
 // Mknod makes a regular file, device, fifo or socket (mode's type bits
@@ -196,8 +214,9 @@ func (c *Client) make(ctx context.Context, op string, cred Cred, parent uint64, 
 	if err != nil {
 		return Attr{}, c.fail(ctx, op, err)
 	}
-	a, err := c.ns.Make(octx, cred, parent, name, mode, rdev, target)
-	c.attrs.drop(parent)
+	gen := c.fresh.gen(parent)
+	a, dir, err := c.ns.Make(octx, cred, parent, name, mode, rdev, target)
+	c.changedDir(parent, dir, gen)
 	if err != nil {
 		return Attr{}, c.fail(ctx, op, err)
 	}
@@ -217,8 +236,8 @@ func (c *Client) Link(ctx context.Context, cred Cred, ino, newParent uint64, new
 		return Attr{}, c.fail(ctx, "link", err)
 	}
 	a, err := c.ns.Link(octx, cred, ino, newParent, newName)
-	c.attrs.drop(newParent)
-	c.attrs.drop(ino)
+	c.dropAttrs(newParent)
+	c.dropAttrs(ino)
 	if err != nil {
 		return Attr{}, c.fail(ctx, "link", err)
 	}
@@ -292,7 +311,7 @@ func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64
 		return c.fail(ctx, op, err)
 	}
 	c.forgetEntry(parent, name)
-	c.attrs.drop(ino) // the inode the caller knows: its link count and ctime change
+	c.dropAttrs(ino) // the inode the caller knows: its link count and ctime change
 	dir := op == "rmdir"
 	err = c.known(ino, func(r knownRouter) error { return r.RemoveKnown(octx, cred, parent, name, ino, dir) },
 		func() error {
@@ -309,10 +328,10 @@ func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64
 // link counts and times.
 func (c *Client) forgetEntry(parent uint64, name string) {
 	if a, ok := c.entries.get(entryKey{parent, name}); ok {
-		c.attrs.drop(a.Ino)
+		c.dropAttrs(a.Ino)
 	}
 	c.entries.drop(entryKey{parent, name})
-	c.attrs.drop(parent)
+	c.dropAttrs(parent)
 }
 
 // Rename moves name in parent to newName in newParent; flags are
@@ -344,7 +363,7 @@ func (c *Client) RenameKnown(ctx context.Context, cred Cred, parent uint64, name
 	}
 	c.forgetEntry(parent, name)
 	c.forgetEntry(newParent, newName)
-	c.attrs.drop(ino) // the inode the caller knows: its ctime (a directory's parent) changes
+	c.dropAttrs(ino) // the inode the caller knows: its ctime (a directory's parent) changes
 	withIno := func(r knownRouter) error {
 		return r.RenameKnown(octx, cred, parent, name, ino, newParent, newName, flags)
 	}
@@ -435,7 +454,7 @@ func (c *Client) SetXattr(ctx context.Context, cred Cred, ino uint64, name strin
 	if err != nil {
 		return c.fail(ctx, "setxattr", err)
 	}
-	c.attrs.drop(ino)
+	c.dropAttrs(ino)
 	return c.fail(ctx, "setxattr", c.ns.SetXattr(octx, cred, ino, name, value, flags))
 }
 
@@ -446,7 +465,7 @@ func (c *Client) RemoveXattr(ctx context.Context, cred Cred, ino uint64, name st
 	if err != nil {
 		return c.fail(ctx, "removexattr", err)
 	}
-	c.attrs.drop(ino)
+	c.dropAttrs(ino)
 	return c.fail(ctx, "removexattr", c.ns.RemoveXattr(octx, cred, ino, name))
 }
 

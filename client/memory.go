@@ -339,17 +339,23 @@ func (f *memNS) link(d *memNode, name string, ino uint64) {
 	d.attr.Mtime = f.now()
 }
 
-func (f *memNS) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, error) {
+func (f *memNS) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, *Attr, error) {
 	if err := f.enter(ctx, "create"); err != nil {
-		return Attr{}, err
+		return Attr{}, nil, err
 	}
 	defer f.mu.Unlock()
 	n, err := f.add(cred, parent, name, mode, 0, "")
 	if err != nil {
-		return Attr{}, err
+		return Attr{}, nil, err
 	}
 	n.opens++
-	return n.attr, nil
+	return n.attr, f.dirAttr(parent), nil
+}
+
+// dirAttr is a copy of directory ino's attributes. f.mu is held.
+func (f *memNS) dirAttr(ino uint64) *Attr {
+	a := f.nodes[ino].attr
+	return &a
 }
 
 func (f *memNS) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint32, flags int) (Attr, error) {
@@ -372,16 +378,16 @@ func (f *memNS) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint
 	return n.attr, nil
 }
 
-func (f *memNS) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error) {
+func (f *memNS) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, *Attr, error) {
 	if err := f.enter(ctx, "make"); err != nil {
-		return Attr{}, err
+		return Attr{}, nil, err
 	}
 	defer f.mu.Unlock()
 	n, err := f.add(cred, parent, name, mode, rdev, target)
 	if err != nil {
-		return Attr{}, err
+		return Attr{}, nil, err
 	}
-	return n.attr, nil
+	return n.attr, f.dirAttr(parent), nil
 }
 
 func (f *memNS) Link(ctx context.Context, cred Cred, ino, newParent uint64, newName string) (Attr, error) {

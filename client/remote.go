@@ -318,9 +318,25 @@ func (n mdNamespace) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetA
 	return fromWire(a), err
 }
 
-func (n mdNamespace) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, error) {
-	a, err := n.md.Create(ctx, wireCred(cred), parent, name, mode, 0, true, uint32(flags))
-	return fromWire(a), err
+func (n mdNamespace) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, *Attr, error) {
+	if mode&modeType == 0 {
+		mode |= syscall.S_IFREG
+	}
+	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Open: true, OpenFlags: uint32(flags)})
+}
+
+// make sends a creation and converts its answer: the new inode, and the
+// directory as the entry left it when the reply carries it.
+func (n mdNamespace) make(ctx context.Context, op wire.Op, cred Cred, req wire.MakeRequest) (Attr, *Attr, error) {
+	a, dir, err := n.md.Make(ctx, op, wireCred(cred), req)
+	if err != nil {
+		return Attr{}, nil, err
+	}
+	if dir == nil {
+		return fromWire(a), nil, nil
+	}
+	d := fromWire(*dir)
+	return fromWire(a), &d, nil
 }
 
 func (n mdNamespace) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint32, flags int) (Attr, error) {
@@ -328,18 +344,14 @@ func (n mdNamespace) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode
 	return fromWire(a), err
 }
 
-func (n mdNamespace) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, error) {
-	var a wire.Attr
-	var err error
+func (n mdNamespace) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, *Attr, error) {
 	switch mode & modeType {
 	case syscall.S_IFDIR:
-		a, err = n.md.Mkdir(ctx, wireCred(cred), parent, name, mode&modePerm)
+		return n.make(ctx, wire.OpMkdir, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: wire.ModeDir | mode&modePerm})
 	case syscall.S_IFLNK:
-		a, err = n.md.Symlink(ctx, wireCred(cred), parent, name, target)
-	default:
-		a, err = n.md.Create(ctx, wireCred(cred), parent, name, mode, rdev, false, 0)
+		return n.make(ctx, wire.OpSymlink, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: wire.ModeSymlink | 0o777, Target: target})
 	}
-	return fromWire(a), err
+	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Rdev: rdev})
 }
 
 func (n mdNamespace) Link(ctx context.Context, cred Cred, ino, newParent uint64, newName string) (Attr, error) {

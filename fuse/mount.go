@@ -150,6 +150,10 @@ type Server struct {
 // The caller keeps c open for the mount's life and closes it afterwards.
 func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 	o = o.withDefaults()
+	// The kernel asks for a directory's attributes after every creation
+	// in it; the creation's reply has them, as fresh as the kernel's
+	// attribute cache would keep them (none with NoCache).
+	c.KeepDirsAfterCreate(o.AttrTimeout)
 	fsys := &FS{c: c, o: o, log: o.Logger, creds: newCredCache("/proc", o.CredTTL, time.Now),
 		reads:   newReadBuffers(clientBuffers(c), o.MaxWrite, readBuffersKept),
 		lockers: make(map[uint64]map[*handle]struct{})}

@@ -164,7 +164,7 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 		res = p.finishCreate(in)
 	}
 	if res.status == wire.StatusOK && q.Open && typ == wire.ModeRegular {
-		if n := p.inodes[res.body.(*wire.AttrReply).Attr.Ino]; n != nil {
+		if n := p.inodes[res.body.(*wire.MakeReply).Attr.Ino]; n != nil {
 			p.addOpen(r.key, n, q.OpenFlags&wire.OpenAccessMode != wire.OpenReadOnly)
 		}
 	}
@@ -250,8 +250,9 @@ func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, na
 	}
 	rec.Ino = cluster.InodeNumber(p.id, p.nextIno)
 	inherit(&rec, d.rec.Mode, d.rec.GID, r.cred)
-	res := ok(&wire.AttrReply{Attr: attrOf(&rec)})
-	recs := append([]wire.Record{&rec}, addEntryRecords(d, name, rec.Ino, typ, now)...)
+	added := addEntryRecords(d, name, rec.Ino, typ, now)
+	res := ok(&wire.MakeReply{Attr: attrOf(&rec), HasDir: true, Dir: attrOf(added[1].(*wire.InodeRecord))})
+	recs := append([]wire.Record{&rec}, added...)
 	if err := p.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
 		return fail(wire.StatusInternal)
 	}
@@ -278,7 +279,7 @@ func (p *partition) finishCreate(in *wire.IntentRecord) result {
 		rec := n.rec
 		rec.Flags &^= wire.InodePending
 		inherit(&rec, rep.DirMode, rep.DirGID, &in.Cred)
-		res = ok(&wire.AttrReply{Attr: attrOf(&rec)})
+		res = ok(&wire.MakeReply{Attr: attrOf(&rec), HasDir: rep.Dir.Ino == in.Parent, Dir: rep.Dir})
 		recs = []wire.Record{&rec}
 	} else {
 		res = fail(peerStatus(rh.Status))

@@ -73,7 +73,7 @@ func (s *Service) entryAdd(ctx context.Context, r *request, q *wire.EntryAddRequ
 	now := wire.TimespecOf(s.now())
 	recs := addEntryRecords(d, q.Name, q.Ino, q.Type, now)
 	rep := &wire.EntryAddReply{DirMode: d.rec.Mode, DirUID: d.rec.UID, DirGID: d.rec.GID,
-		Cookie: recs[0].(*wire.EntryAddRecord).Cookie}
+		Cookie: recs[0].(*wire.EntryAddRecord).Cookie, Dir: attrOf(recs[1].(*wire.InodeRecord))}
 	res := ok(rep)
 	recs = append(recs, &wire.TxResultRecord{Txn: q.Txn, Status: wire.StatusOK, Reply: res.bytes()})
 	if err := p.commit(recs...); err != nil {

@@ -56,10 +56,23 @@ func (c *Client) SetAttr(ctx context.Context, cred wire.Cred, req wire.SetAttrRe
 }
 
 func (c *Client) make(ctx context.Context, op wire.Op, cred wire.Cred, req wire.MakeRequest) (wire.Attr, error) {
-	var r wire.AttrReply
+	a, _, err := c.Make(ctx, op, cred, req)
+	return a, err
+}
+
+// Make sends a creation (op is OpCreate, OpMkdir or OpSymlink) to the
+// new inode's owner and returns the new inode's attributes and, when the
+// reply has them, the directory's as the entry left them (nil if not).
+func (c *Client) Make(ctx context.Context, op wire.Op, cred wire.Cred, req wire.MakeRequest) (wire.Attr, *wire.Attr, error) {
+	var r wire.MakeReply
 	to := c.newInodeTarget(req.Parent, req.Name)
-	err := c.call(ctx, op, cred, to, &req, &r, nil)
-	return r.Attr, err
+	if err := c.call(ctx, op, cred, to, &req, &r, nil); err != nil {
+		return wire.Attr{}, nil, err
+	}
+	if !r.HasDir || r.Dir.Ino != req.Parent {
+		return r.Attr, nil, nil
+	}
+	return r.Attr, &r.Dir, nil
 }
 
 // newInodeTarget is the partition a new inode named name in parent gets.

@@ -199,8 +199,10 @@ func NewReply(op Op) Body {
 		return &Empty{}
 	case OpLookup:
 		return &LookupReply{}
-	case OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpOpen, OpWriteCommit, OpTmpfile:
+	case OpGetAttr, OpSetAttr, OpLink, OpOpen, OpWriteCommit, OpTmpfile:
 		return &AttrReply{}
+	case OpCreate, OpMkdir, OpSymlink:
+		return &MakeReply{}
 	case OpReadlink:
 		return &ReadlinkReply{}
 	case OpReadDir:
@@ -328,6 +330,31 @@ type AttrReply struct{ Attr Attr }
 
 func (r *AttrReply) encode(e *codec.Encoder) { r.Attr.encode(e) }
 func (r *AttrReply) decode(d *codec.Decoder) { r.Attr.decode(d) }
+
+// MakeReply answers a creation (create, mknod, mkdir, symlink): the new
+// inode's attributes and, when HasDir, its directory's as the entry left
+// them, so that the client need not ask for the directory's again (the
+// kernel does, after every creation).
+type MakeReply struct {
+	Attr   Attr
+	HasDir bool
+	Dir    Attr
+}
+
+func (r *MakeReply) encode(e *codec.Encoder) {
+	r.Attr.encode(e)
+	e.Bool(r.HasDir)
+	if r.HasDir {
+		r.Dir.encode(e)
+	}
+}
+
+func (r *MakeReply) decode(d *codec.Decoder) {
+	r.Attr.decode(d)
+	if r.HasDir = d.Bool(); r.HasDir {
+		r.Dir.decode(d)
+	}
+}
 
 // SetAttr fields (SetAttrRequest.Valid).
 const (
@@ -888,6 +915,9 @@ type EntryAddReply struct {
 	DirUID  uint32
 	DirGID  uint32
 	Cookie  uint64
+	// Dir is the directory as the entry left it (zero for
+	// EntryAddCheckName), for the creator's MakeReply.
+	Dir Attr
 }
 
 func (r *EntryAddReply) encode(e *codec.Encoder) {
@@ -895,6 +925,7 @@ func (r *EntryAddReply) encode(e *codec.Encoder) {
 	e.U32(r.DirUID)
 	e.U32(r.DirGID)
 	e.U64(r.Cookie)
+	r.Dir.encode(e)
 }
 
 func (r *EntryAddReply) decode(d *codec.Decoder) {
@@ -902,6 +933,7 @@ func (r *EntryAddReply) decode(d *codec.Decoder) {
 	r.DirUID = d.U32()
 	r.DirGID = d.U32()
 	r.Cookie = d.U64()
+	r.Dir.decode(d)
 }
 
 // EntryRemoveRequest removes Name from Dir if it names Ino, for the
