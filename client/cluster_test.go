@@ -435,3 +435,59 @@ func TestClusterCloseFreesBlocksAhead(t *testing.T) {
 		_ = f.Close(ctx)
 	}
 }
+
+// TestClusterDirAfterChange: the directory attributes the replies to
+// creations and removals carry (through the mount: the kernel's next
+// GETATTR of the directory) answer the next GetAttr without a request,
+// and equal what the directory's owner then reports; removals across
+// nodes included.
+func TestClusterDirAfterChange(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	c.KeepDirsAfterCreate(time.Second)
+	ctx := context.Background()
+	root := client.Cred{}
+	d, err := c.Mkdir(ctx, root, cluster.RootInode, "d", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string) {
+		t.Helper()
+		n := c.Stats().TotalRPCs()
+		kept, err := c.GetAttr(ctx, root, d.Ino)
+		if err != nil || c.Stats().TotalRPCs() != n {
+			t.Fatalf("%s: getattr: %v, %d requests, want none", what, err, c.Stats().TotalRPCs()-n)
+		}
+		asked, err := c.GetAttr(ctx, root, d.Ino)
+		if err != nil || c.Stats().TotalRPCs() == n {
+			t.Fatalf("%s: second getattr: %v, no request", what, err)
+		}
+		if kept != asked {
+			t.Fatalf("%s: kept %+v, the owner has %+v", what, kept, asked)
+		}
+	}
+	var files []client.Attr
+	for i := range 6 { // several names: their inodes land on every node
+		a, f, err := c.Create(ctx, root, d.Ino, fmt.Sprintf("f%d", i), 0o644, syscall.O_WRONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = f.Close(ctx)
+		files = append(files, a)
+		check(fmt.Sprintf("create f%d", i))
+	}
+	sub, err := c.Mkdir(ctx, root, d.Ino, "sub", 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("mkdir")
+	if err := c.RmdirKnown(ctx, root, d.Ino, "sub", sub.Ino); err != nil {
+		t.Fatal(err)
+	}
+	check("rmdir")
+	for i, a := range files {
+		if err := c.UnlinkKnown(ctx, root, d.Ino, fmt.Sprintf("f%d", i), a.Ino); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("unlink f%d", i))
+	}
+}

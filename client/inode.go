@@ -277,7 +277,9 @@ func (c *Client) RmdirKnown(ctx context.Context, cred Cred, parent uint64, name 
 // rename straight to the owner of the inode a name is known to name
 // (ino); a namespace without one takes the name alone.
 type knownRouter interface {
-	RemoveKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64, dir bool) error
+	// RemoveKnown also returns the directory's attributes as the
+	// removal left them, when the reply has them (else nil).
+	RemoveKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64, dir bool) (*Attr, error)
 	RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, flags uint32) error
 }
 
@@ -313,13 +315,23 @@ func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64
 	c.forgetEntry(parent, name)
 	c.dropAttrs(ino) // the inode the caller knows: its link count and ctime change
 	dir := op == "rmdir"
-	err = c.known(ino, func(r knownRouter) error { return r.RemoveKnown(octx, cred, parent, name, ino, dir) },
-		func() error {
-			if dir {
-				return c.ns.Rmdir(octx, cred, parent, name)
-			}
-			return c.ns.Unlink(octx, cred, parent, name)
-		})
+	gen := c.fresh.gen(parent)
+	var dirAttr *Attr
+	err = c.known(ino, func(r knownRouter) error {
+		var err error
+		dirAttr, err = r.RemoveKnown(octx, cred, parent, name, ino, dir)
+		return err
+	}, func() error {
+		dirAttr = nil
+		if dir {
+			return c.ns.Rmdir(octx, cred, parent, name)
+		}
+		return c.ns.Unlink(octx, cred, parent, name)
+	})
+	if err == nil && dirAttr != nil {
+		// As after a creation: the kernel asks for the directory next.
+		c.fresh.put(parent, *dirAttr, gen)
+	}
 	return c.fail(ctx, op, err)
 }
 

@@ -367,11 +367,17 @@ func (n mdNamespace) Rmdir(ctx context.Context, cred Cred, parent uint64, name s
 	return n.md.Rmdir(ctx, wireCred(cred), parent, name, 0)
 }
 
-func (n mdNamespace) RemoveKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64, dir bool) error {
+func (n mdNamespace) RemoveKnown(ctx context.Context, cred Cred, parent uint64, name string, ino uint64, dir bool) (*Attr, error) {
+	op := wire.OpUnlink
 	if dir {
-		return n.md.Rmdir(ctx, wireCred(cred), parent, name, ino)
+		op = wire.OpRmdir
 	}
-	return n.md.Unlink(ctx, wireCred(cred), parent, name, ino)
+	d, err := n.md.Remove(ctx, op, wireCred(cred), parent, name, ino)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	a := fromWire(*d)
+	return &a, nil
 }
 
 func (n mdNamespace) RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, flags uint32) error {

@@ -104,8 +104,8 @@ func (s *Service) remove(ctx context.Context, r *request, q *wire.UnlinkRequest)
 			if isDir && n.dir.len() > 0 {
 				return fail(status(syscall.ENOTEMPTY))
 			}
-			res := ok(&wire.Empty{})
 			recs := removeEntryRecords(d, q.Name, isDir, now)
+			res := ok(&wire.DirReply{HasDir: true, Dir: attrOf(recs[1].(*wire.InodeRecord))})
 			drop, async := b.dropLinkRecords(n, now)
 			recs = append(recs, drop...)
 			if err := b.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
@@ -132,7 +132,7 @@ func (s *Service) remove(ctx context.Context, r *request, q *wire.UnlinkRequest)
 		// Linux checks the directory first: ask it, changing nothing.
 		req := &wire.EntryRemoveRequest{Dir: q.Parent, Name: q.Name, Ino: ino, VictimUID: n.rec.UID, IsDir: n.isDir(), CheckOnly: true}
 		b.mu.Unlock()
-		rh, err := s.peer(ctx, wire.OpEntryRemove, cluster.PartitionOf(q.Parent), *r.cred, req, &wire.Empty{})
+		rh, err := s.peer(ctx, wire.OpEntryRemove, cluster.PartitionOf(q.Parent), *r.cred, req, &wire.DirReply{})
 		b.mu.Lock()
 		switch {
 		case err != nil:
@@ -174,7 +174,8 @@ func (p *partition) finishRemove(in *wire.IntentRecord) result {
 	req := &wire.EntryRemoveRequest{Txn: in.Txn, Watermark: p.watermark(), Dir: in.Parent, Name: in.Name, Ino: in.Ino,
 		VictimUID: n.rec.UID, IsDir: n.isDir()}
 	p.mu.Unlock()
-	rh, err := p.syncThenPeer(wire.OpEntryRemove, cluster.PartitionOf(in.Parent), in.Cred, req, &wire.Empty{})
+	var rep wire.DirReply
+	rh, err := p.syncThenPeer(wire.OpEntryRemove, cluster.PartitionOf(in.Parent), in.Cred, req, &rep)
 	p.mu.Lock()
 	if err != nil {
 		return fail(wire.StatusNotReady)
@@ -187,7 +188,7 @@ func (p *partition) finishRemove(in *wire.IntentRecord) result {
 		async bool
 	)
 	if rh.Status == wire.StatusOK {
-		res = ok(&wire.Empty{})
+		res = ok(&wire.DirReply{HasDir: rep.HasDir && rep.Dir.Ino == in.Parent, Dir: rep.Dir})
 		recs, async = p.dropLinkRecords(n, now)
 	} else {
 		res = fail(peerStatus(rh.Status))

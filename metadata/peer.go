@@ -160,9 +160,10 @@ func (s *Service) entryRemove(ctx context.Context, r *request, q *wire.EntryRemo
 		return ok(&wire.Empty{})
 	}
 	recs := removeEntryRecords(d, q.Name, q.IsDir, wire.TimespecOf(s.now()))
-	recs = append(recs, &wire.TxResultRecord{Txn: q.Txn, Status: wire.StatusOK})
+	res := ok(&wire.DirReply{HasDir: true, Dir: attrOf(recs[1].(*wire.InodeRecord))})
+	recs = append(recs, &wire.TxResultRecord{Txn: q.Txn, Status: wire.StatusOK, Reply: res.bytes()})
 	if err := p.commit(recs...); err != nil {
 		return fail(wire.StatusInternal)
 	}
-	return ok(&wire.Empty{})
+	return res
 }

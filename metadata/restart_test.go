@@ -50,7 +50,7 @@ func TestAtMostOnce(t *testing.T) {
 	create := &wire.MakeRequest{Parent: d.Ino, Name: "f", Mode: wire.ModeRegular | 0o644}
 	cpart := cluster.PartitionForName(d.Ino, "f", parts)
 	h.Seq = 10
-	var a1, a2, a3 wire.AttrReply
+	var a1, a2, a3 wire.MakeReply
 	require.Equal(t, wire.StatusOK, send(t, c, cpart, wire.OpCreate, h, create, &a1).Status)
 	require.Equal(t, wire.StatusOK, send(t, c, cpart, wire.OpCreate, h, create, &a2).Status)
 	require.Equal(t, a1, a2)
@@ -73,7 +73,7 @@ func TestAtMostOnce(t *testing.T) {
 		c.Restart(i, nil)
 	}
 	h.Seq = 10
-	var a4 wire.AttrReply
+	var a4 wire.MakeReply
 	require.Equal(t, wire.StatusOK, send(t, c, cpart, wire.OpCreate, h, create, &a4).Status)
 	require.Equal(t, a1, a4)
 	h.Seq = 11
@@ -81,7 +81,7 @@ func TestAtMostOnce(t *testing.T) {
 
 	// LowSeq lets the node forget: a repeat below it executes again.
 	h.Seq, h.LowSeq = 13, 13
-	var a5 wire.AttrReply
+	var a5 wire.MakeReply
 	require.Equal(t, wire.StatusOK, send(t, c, cpart, wire.OpCreate, h, &wire.MakeRequest{Parent: d.Ino, Name: "f", Mode: wire.ModeRegular}, &a5).Status)
 	h.Seq = 10
 	require.Equal(t, wire.Status(syscall.EEXIST), send(t, c, cpart, wire.OpCreate, h, create, &a4).Status)

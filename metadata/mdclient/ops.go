@@ -137,15 +137,28 @@ func (c *Client) Rmdir(ctx context.Context, cred wire.Cred, parent uint64, name 
 }
 
 func (c *Client) remove(ctx context.Context, op wire.Op, cred wire.Cred, parent uint64, name string, ino uint64) error {
+	_, err := c.Remove(ctx, op, cred, parent, name, ino)
+	return err
+}
+
+// Remove is Unlink (op OpUnlink) or Rmdir (OpRmdir) that also returns
+// the directory's attributes as the removal left them, when the reply
+// carries them (else nil).
+func (c *Client) Remove(ctx context.Context, op wire.Op, cred wire.Cred, parent uint64, name string, ino uint64) (*wire.Attr, error) {
 	req := wire.UnlinkRequest{Parent: parent, Name: name, Ino: ino}
 	to := partitionOf(parent)
 	if ino != 0 {
 		to = partitionOf(ino)
 	}
-	return c.call(ctx, op, cred, to, &req, &wire.Empty{}, func(ino uint64) target {
+	var r wire.DirReply
+	err := c.call(ctx, op, cred, to, &req, &r, func(ino uint64) target {
 		req.Ino = ino
 		return partitionOf(ino)
 	})
+	if err != nil || !r.HasDir || r.Dir.Ino != parent {
+		return nil, err
+	}
+	return &r.Dir, nil
 }
 
 // Rename is renameat2(srcParent/srcName, dstParent/dstName, flags).

@@ -194,9 +194,11 @@ func NewRequest(op Op) Body {
 // NewReply returns an empty reply body for op, nil for an unknown op.
 func NewReply(op Op) Body {
 	switch op {
-	case OpNull, OpUnlink, OpRmdir, OpRename, OpSetXattr, OpRemoveXattr, OpAccess,
-		OpRelease, OpSetLk, OpEntryRemove, OpTxApply, OpTxAbort:
+	case OpNull, OpRename, OpSetXattr, OpRemoveXattr, OpAccess,
+		OpRelease, OpSetLk, OpTxApply, OpTxAbort:
 		return &Empty{}
+	case OpUnlink, OpRmdir, OpEntryRemove:
+		return &DirReply{}
 	case OpLookup:
 		return &LookupReply{}
 	case OpGetAttr, OpSetAttr, OpLink, OpOpen, OpWriteCommit, OpTmpfile:
@@ -331,10 +333,37 @@ type AttrReply struct{ Attr Attr }
 func (r *AttrReply) encode(e *codec.Encoder) { r.Attr.encode(e) }
 func (r *AttrReply) decode(d *codec.Decoder) { r.Attr.decode(d) }
 
+// DirReply answers an unlink or rmdir (and a peer's entry removal for
+// them): the directory's attributes as the removal left them, when
+// HasDir. An empty body is a DirReply without them (what CheckOnly
+// removals, and older nodes, answer).
+type DirReply struct {
+	HasDir bool
+	Dir    Attr
+}
+
+func (r *DirReply) encode(e *codec.Encoder) {
+	if r.HasDir {
+		e.Bool(true)
+		r.Dir.encode(e)
+	}
+}
+
+func (r *DirReply) decode(d *codec.Decoder) {
+	r.HasDir = false
+	if d.Remaining() == 0 {
+		return
+	}
+	if r.HasDir = d.Bool(); r.HasDir {
+		r.Dir.decode(d)
+	}
+}
+
 // MakeReply answers a creation (create, mknod, mkdir, symlink): the new
 // inode's attributes and, when HasDir, its directory's as the entry left
 // them, so that the client need not ask for the directory's again (the
-// kernel does, after every creation).
+// kernel does, after every creation). An AttrReply's body decodes as a
+// MakeReply without the directory.
 type MakeReply struct {
 	Attr   Attr
 	HasDir bool
@@ -351,6 +380,10 @@ func (r *MakeReply) encode(e *codec.Encoder) {
 
 func (r *MakeReply) decode(d *codec.Decoder) {
 	r.Attr.decode(d)
+	r.HasDir = false
+	if d.Remaining() == 0 {
+		return // an AttrReply's body: no directory
+	}
 	if r.HasDir = d.Bool(); r.HasDir {
 		r.Dir.decode(d)
 	}

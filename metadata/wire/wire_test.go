@@ -121,12 +121,14 @@ func sampleReplies() map[string]struct {
 		"keepalive":     {OpKeepAlive, &KeepAliveReply{LeaseMillis: 30000}},
 		"entry-add":     {OpEntryAdd, &EntryAddReply{DirMode: ModeDir | 0o2775, DirUID: 1, DirGID: 2, Cookie: 77, Dir: sampleAttr}},
 		"create":        {OpCreate, &MakeReply{Attr: sampleAttr, HasDir: true, Dir: sampleAttr}},
+		"unlink":        {OpUnlink, &DirReply{HasDir: true, Dir: sampleAttr}},
+		"rmdir no dir":  {OpRmdir, &DirReply{}},
 		"mkdir no dir":  {OpMkdir, &MakeReply{Attr: sampleAttr}},
 		"tx-lock": {OpTxLock, &TxLockReply{Results: []LockResult{{Ino: 5, Type: ModeDir, Attr: sampleAttr, Empty: true, Parent: 1},
 			{}}}},
 		"tx-status":  {OpTxStatus, &TxStatusReply{State: TxDecided}},
 		"get-parent": {OpGetParent, &GetParentReply{Parent: 1}},
-		"empty":      {OpUnlink, &Empty{}},
+		"empty":      {OpRename, &Empty{}},
 	}
 }
 
