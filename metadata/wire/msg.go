@@ -349,14 +349,21 @@ func (r *DirReply) encode(e *codec.Encoder) {
 	}
 }
 
-func (r *DirReply) decode(d *codec.Decoder) {
-	r.HasDir = false
+func (r *DirReply) decode(d *codec.Decoder) { r.HasDir = decodeOptionalDir(d, &r.Dir) }
+
+// decodeOptionalDir reads a directory's attributes that follow only when
+// present (a true byte, then the attributes; nothing when absent, the one
+// encoding of "absent"), and reports whether they were.
+func decodeOptionalDir(d *codec.Decoder, dir *Attr) bool {
 	if d.Remaining() == 0 {
-		return
+		return false
 	}
-	if r.HasDir = d.Bool(); r.HasDir {
-		r.Dir.decode(d)
+	if !d.Bool() {
+		d.Fail("an absent directory is encoded as nothing")
+		return false
 	}
+	dir.decode(d)
+	return true
 }
 
 // MakeReply answers a creation (create, mknod, mkdir, symlink): the new
@@ -372,21 +379,15 @@ type MakeReply struct {
 
 func (r *MakeReply) encode(e *codec.Encoder) {
 	r.Attr.encode(e)
-	e.Bool(r.HasDir)
 	if r.HasDir {
+		e.Bool(true)
 		r.Dir.encode(e)
 	}
 }
 
 func (r *MakeReply) decode(d *codec.Decoder) {
 	r.Attr.decode(d)
-	r.HasDir = false
-	if d.Remaining() == 0 {
-		return // an AttrReply's body: no directory
-	}
-	if r.HasDir = d.Bool(); r.HasDir {
-		r.Dir.decode(d)
-	}
+	r.HasDir = decodeOptionalDir(d, &r.Dir)
 }
 
 // SetAttr fields (SetAttrRequest.Valid).
