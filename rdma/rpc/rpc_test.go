@@ -206,6 +206,8 @@ func TestInlineHandlers(t *testing.T) {
 	out, err = c.Call(ctxT(t), opInline, 2, []byte("wait"))
 	require.NoError(t, err)
 	require.Equal(t, "goroutine", string(out))
+	// The goroutine frees its handler slot after its reply is on its way.
+	waitFor(t, "the declined call's handler slot freed", func() bool { return ts.srv.Stats().Handlers == 0 })
 
 	var wg sync.WaitGroup
 	for i := range 2 {
@@ -225,6 +227,7 @@ func TestInlineHandlers(t *testing.T) {
 	require.ErrorIs(t, err, ErrBusy, "a declined inline call needs a handler slot")
 	close(ts.release)
 	wg.Wait()
+	waitFor(t, "the blocked calls' handler slots freed", func() bool { return ts.srv.Stats().Handlers == 0 })
 	out, err = c.Call(ctxT(t), opInline, 5, []byte("wait"))
 	require.NoError(t, err)
 	require.Equal(t, "goroutine", string(out))
@@ -249,6 +252,7 @@ func TestHandlersBusy(t *testing.T) {
 	require.ErrorIs(t, err, ErrBusy)
 	close(ts.release)
 	wg.Wait()
+	waitFor(t, "the blocked calls' handler slots freed", func() bool { return ts.srv.Stats().Handlers == 0 })
 	_, err = c.Call(ctxT(t), opNull, 10, nil)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ts.srv.Stats().Busy)
