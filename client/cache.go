@@ -86,17 +86,16 @@ func (c *ttlCache[K]) drop(k K) {
 	c.mu.Unlock()
 }
 
-// freshDirs keeps a directory's attributes as the reply to a creation in
-// it left them, for one GetAttr (CacheConfig.DirAfterCreate). A request
-// that changes a directory notes its generation before it is sent and
-// stores what its reply says only if no drop of the directory came in
-// between, so an answer overtaken by another change is never kept.
+// freshDirs keeps a directory's attributes as the reply to a creation or
+// removal in it left them, for one GetAttr (KeepDirsAfterCreate): a
+// ttlCache taken from once. A request that changes a directory notes its
+// generation before it is sent and keeps what its reply says only if no
+// drop of the directory came in between, so an answer overtaken by
+// another change is never kept.
 type freshDirs struct {
-	ttl time.Duration
-	now func() time.Time
+	c *ttlCache[uint64]
 
-	mu   sync.Mutex
-	m    map[uint64]cached
+	mu   sync.Mutex // orders put's check against drop's bump
 	gens [64]uint64 // drops, per bucket of inode numbers
 }
 
@@ -107,7 +106,7 @@ func newFreshDirs(ttl time.Duration, now func() time.Time) *freshDirs {
 	if ttl <= 0 {
 		return nil
 	}
-	return &freshDirs{ttl: ttl, now: now, m: make(map[uint64]cached)}
+	return &freshDirs{c: newTTLCache[uint64](ttl, freshMax, now)}
 }
 
 func bucketOf(ino uint64) int { return int((ino ^ ino>>17 ^ ino>>41) % 64) }
@@ -131,18 +130,10 @@ func (f *freshDirs) put(ino uint64, a Attr, gen uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gens[bucketOf(ino)] != gen {
-		delete(f.m, ino)
+		f.c.drop(ino)
 		return
 	}
-	now := f.now()
-	if len(f.m) >= freshMax {
-		for k, e := range f.m {
-			if !now.Before(e.expires) || len(f.m) >= freshMax {
-				delete(f.m, k)
-			}
-		}
-	}
-	f.m[ino] = cached{attr: a, expires: now.Add(f.ttl)}
+	f.c.put(ino, a)
 }
 
 // take returns and forgets what is kept for ino, if it has not expired.
@@ -150,14 +141,9 @@ func (f *freshDirs) take(ino uint64) (Attr, bool) {
 	if f == nil {
 		return Attr{}, false
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	e, ok := f.m[ino]
-	if !ok {
-		return Attr{}, false
-	}
-	delete(f.m, ino)
-	return e.attr, f.now().Before(e.expires)
+	a, ok := f.c.get(ino)
+	f.c.drop(ino)
+	return a, ok
 }
 
 // drop forgets ino and makes the puts of requests under way about it
@@ -168,7 +154,7 @@ func (f *freshDirs) drop(ino uint64) {
 	}
 	f.mu.Lock()
 	f.gens[bucketOf(ino)]++
-	delete(f.m, ino)
+	f.c.drop(ino)
 	f.mu.Unlock()
 }
 

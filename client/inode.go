@@ -159,10 +159,10 @@ func (c *Client) Tmpfile(ctx context.Context, cred Cred, dir uint64, mode uint32
 	return a, c.newFile(cred, a, flags&^syscall.O_EXCL), nil
 }
 
-// changedDir records that a request changed directory dir: what the
-// caches held of it goes, and dir's attributes as the reply gave them
-// (nil if it did not) are kept for the next GetAttr, unless another
-// change of dir overtook the request (gen is fresh.gen(dir) from before
+// changedDir records that a request changed directory ino: what the
+// caches held of it goes, and dir, its attributes as the reply gave them
+// (nil if it did not), are kept for the next GetAttr, unless another
+// change of ino overtook the request (gen is fresh.gen(ino) from before
 // it was sent).
 func (c *Client) changedDir(ino uint64, dir *Attr, gen uint64) {
 	c.attrs.drop(ino)
@@ -328,9 +328,9 @@ func (c *Client) remove(ctx context.Context, op string, cred Cred, parent uint64
 		}
 		return c.ns.Unlink(octx, cred, parent, name)
 	})
-	if err == nil && dirAttr != nil {
+	if err == nil {
 		// As after a creation: the kernel asks for the directory next.
-		c.fresh.put(parent, *dirAttr, gen)
+		c.changedDir(parent, dirAttr, gen)
 	}
 	return c.fail(ctx, op, err)
 }

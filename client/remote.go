@@ -319,9 +319,6 @@ func (n mdNamespace) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetA
 }
 
 func (n mdNamespace) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, *Attr, error) {
-	if mode&modeType == 0 {
-		mode |= syscall.S_IFREG
-	}
 	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Open: true, OpenFlags: uint32(flags)})
 }
 

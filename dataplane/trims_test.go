@@ -203,3 +203,17 @@ func TestRequestsMustMatchTheirConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestCapacityLeavesLogReserve: the free space a node reports (statfs's)
+// leaves out the region's LogReserve, which data pools never take, so
+// that it runs out when writes start to answer ENOSPC.
+func TestCapacityLeavesLogReserve(t *testing.T) {
+	c := dptest.New(t, dptest.Options{Nodes: 1, Partitions: 4, RegionSize: 16 << 20})
+	p := c.Nodes[0].Proc()
+	st := p.Region.Stats()
+	regionFree := (st.Blocks - st.BlocksUsed) * uint64(st.BlockSize)
+	reserve := max(dataplane.DefaultLogReserve, uint64(len(p.Region.Bytes()))/32)
+	cp := p.Service.Capacity()
+	require.Zero(t, cp.Used, "nothing written yet")
+	require.Equal(t, regionFree-reserve, cp.Free)
+}

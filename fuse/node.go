@@ -225,11 +225,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		return nil, nil, 0, n.fail("tmpfile", err)
 	}
-	fillAttr(&a, &out.Attr)
-	out.SetAttrTimeout(n.fsys.o.AttrTimeout)
-	out.Generation = a.Gen
-	child := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: a.Ino, Gen: a.Gen})
-	return child, newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
+	return n.entry(ctx, &a, out), newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {

@@ -144,7 +144,7 @@ func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Bod
 }
 
 func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) result {
-	if changeOps[r.op] {
+	if isChangeOp(r.op) {
 		if st := s.roomToChange(); st != wire.StatusOK {
 			return fail(st)
 		}

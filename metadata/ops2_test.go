@@ -325,9 +325,10 @@ func TestLinkLimit(t *testing.T) {
 	require.Equal(t, uint32(limit), f.attr(d.Ino).Nlink)
 }
 
-// TestReleaseTrimsAhead: a release flagged ReleaseTrimAhead has the data
-// past the file's size freed once no open is left, without touching the
-// file's times; with an open left, nothing happens.
+// TestReleaseTrimsAhead: the release of a write open flagged
+// ReleaseTrimAhead has the data past the file's size freed once no open
+// is left, without touching the file's times; with an open left, or from
+// a release that ended no write open of its sender, nothing happens.
 func TestReleaseTrimsAhead(t *testing.T) {
 	c := metatest.Start(t, metatest.Config{})
 	cl := c.Client()
@@ -340,10 +341,16 @@ func TestReleaseTrimsAhead(t *testing.T) {
 	_, err = cl.Open(bg, root, a.Ino, a.Gen, wire.OpenReadOnly, false)
 	require.NoError(t, err)
 	before := f.attr(a.Ino)
-	require.NoError(t, cl.Release(bg, a.Ino, wire.OpenReadWrite|wire.ReleaseTrimAhead))
-	time.Sleep(100 * time.Millisecond)
-	require.Empty(t, c.Data.TruncatedTo(a.Ino), "an open is left")
 	require.NoError(t, cl.Release(bg, a.Ino, wire.OpenReadOnly|wire.ReleaseTrimAhead))
+	time.Sleep(50 * time.Millisecond)
+	require.Empty(t, c.Data.TruncatedTo(a.Ino), "an open is left")
+	require.NoError(t, cl.Release(bg, a.Ino, wire.OpenReadWrite))
+	require.NoError(t, c.Client().Release(bg, a.Ino, wire.OpenReadWrite|wire.ReleaseTrimAhead))
+	time.Sleep(50 * time.Millisecond)
+	require.Empty(t, c.Data.TruncatedTo(a.Ino), "no open is left, but the flagged release ended no open of its sender")
+	_, err = cl.Open(bg, root, a.Ino, a.Gen, wire.OpenReadWrite, false)
+	require.NoError(t, err)
+	require.NoError(t, cl.Release(bg, a.Ino, wire.OpenReadWrite|wire.ReleaseTrimAhead))
 	require.Eventually(t, func() bool { return len(c.Data.TruncatedTo(a.Ino)) == 1 }, 10*time.Second, time.Millisecond)
 	require.Equal(t, []uint64{5000}, c.Data.TruncatedTo(a.Ino), "trimmed to its own size")
 	require.Eventually(t, func() bool {

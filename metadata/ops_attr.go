@@ -158,10 +158,16 @@ func nonNil(recs ...wire.Record) []wire.Record {
 // exclusively; truncate releases it while the data is freed (the intent
 // keeps the inode busy).
 func (p *partition) truncate(r *request, n *inode, rec wire.InodeRecord, size uint64) result {
+	return p.startTruncate(&wire.IntentRecord{Op: wire.IntentTruncate, Ino: rec.Ino, Size: size,
+		ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}, &rec)
+}
+
+// startTruncate gives in a transaction id, appends it after recs, and
+// runs it (finishTruncate). The caller holds p.mu exclusively.
+func (p *partition) startTruncate(in *wire.IntentRecord, recs ...wire.Record) result {
 	txn, extra := p.newTxn()
-	in := &wire.IntentRecord{Txn: txn, Op: wire.IntentTruncate, Ino: rec.Ino, Size: size,
-		ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}
-	if err := p.commit(nonNil(extra, &rec, in)...); err != nil {
+	in.Txn = txn
+	if err := p.commit(nonNil(append(append([]wire.Record{extra}, recs...), in)...)...); err != nil {
 		return fail(wire.StatusInternal)
 	}
 	return p.finishTruncate(in)
@@ -183,11 +189,13 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 		return fail(wire.StatusNotReady)
 	}
 	rec := n.rec
-	rec.Size = in.Size
-	if in.ReqOp != wire.OpRelease { // not a trim at the last close
+	if in.Size < rec.Size {
+		// A shrink; a trim to the file's own size (trimAhead) changes
+		// no time.
 		now := wire.TimespecOf(s.now())
 		rec.Mtime, rec.Ctime = now, now
 	}
+	rec.Size = in.Size
 	nn := *n
 	nn.rec = rec
 	res := ok(&wire.AttrReply{Attr: nn.attr()})
@@ -337,11 +345,14 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	if s.sessions.dropOpen(r.key, q.Ino, q.Flags&wire.OpenAccessMode != wire.OpenReadOnly) {
+	write := q.Flags&wire.OpenAccessMode != wire.OpenReadOnly
+	if s.sessions.dropOpen(r.key, q.Ino, write) {
 		p.releaseOpens(ctx, q.Ino, 1)
-	}
-	if q.Flags&wire.ReleaseTrimAhead != 0 {
-		p.trimAhead(q.Ino)
+		if write && q.Flags&wire.ReleaseTrimAhead != 0 {
+			// Only the end of a write open the client held asks: no
+			// one else can make the owner trim a file.
+			p.trimAhead(q.Ino)
+		}
 	}
 	return ok(&wire.Empty{})
 }
@@ -350,22 +361,18 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 // file ino that a writer had allocated ahead of its writes and never
 // wrote, once no open of the file remains (a later open waits for it).
 // It is a truncate to the file's own size: an intent that keeps the inode
-// busy, the chunk service's trim on every node, then the intent's end,
-// with the times unchanged (finishTruncate; a restart finishes it).
+// busy, the chunk service's trim on every node, then the intent's end;
+// the times do not change, since the size does not (finishTruncate; a
+// restart finishes it).
 func (p *partition) trimAhead(ino uint64) {
 	p.svc.goBackground(func(context.Context) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		n := p.inodes[ino]
-		if n == nil || n.opens > 0 || n.busy || n.pending() || n.gone() || n.rec.Mode&wire.ModeType != wire.ModeRegular {
+		if n == nil || n.opens > 0 || n.busy || n.pending() || n.gone() || !n.isRegular() {
 			return
 		}
-		txn, extra := p.newTxn()
-		in := &wire.IntentRecord{Txn: txn, Op: wire.IntentTruncate, Ino: ino, Size: n.rec.Size, ReqOp: wire.OpRelease}
-		if err := p.commit(nonNil(extra, in)...); err != nil {
-			return
-		}
-		p.finishTruncate(in)
+		p.startTruncate(&wire.IntentRecord{Op: wire.IntentTruncate, Ino: ino, Size: n.rec.Size, ReqOp: wire.OpRelease})
 	})
 }
 

@@ -185,11 +185,8 @@ func (s *Service) tmpfile(ctx context.Context, r *request, q *wire.MakeRequest) 
 	if q.OpenFlags&wire.OpenAccessMode == wire.OpenReadOnly {
 		return fail(status(syscall.EINVAL))
 	}
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Parent))
+	p, st := s.partitionToGrow(ctx, cluster.PartitionOf(q.Parent))
 	if st != wire.StatusOK {
-		return fail(st)
-	}
-	if st := s.roomToGrow(); st != wire.StatusOK {
 		return fail(st)
 	}
 	p.mu.Lock()
@@ -338,11 +335,8 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 	if isDots(q.NewName) {
 		return fail(status(syscall.EEXIST))
 	}
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	p, st := s.partitionToGrow(ctx, cluster.PartitionOf(q.Ino))
 	if st != wire.StatusOK {
-		return fail(st)
-	}
-	if st := s.roomToGrow(); st != wire.StatusOK {
 		return fail(st)
 	}
 	p.mu.Lock()

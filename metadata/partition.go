@@ -478,19 +478,29 @@ func sortedTxns[V any](m map[wire.TxnID]V) []wire.TxnID {
 // maybeRewrite starts a rewrite when the log has grown well past the
 // live state. The caller holds mu exclusively.
 func (p *partition) maybeRewrite() {
-	if p.rewriting {
+	if !p.startRewrite(p.svc.cfg.RewriteMinBytes, p.svc.cfg.RewriteRatio) {
 		return
 	}
-	st := p.log.Stats()
-	if st.Bytes < p.svc.cfg.RewriteMinBytes || int64(st.Bytes) < p.svc.cfg.RewriteRatio*max(p.live, 1) {
-		return
-	}
-	p.rewriting = true
 	p.svc.goBackground(func(context.Context) {
 		if err := p.rewrite(); err != nil {
 			p.svc.log.Warn("partition log rewrite failed; the log keeps growing until the next try", "partition", p.id, "err", err)
 		}
 	})
+}
+
+// startRewrite reports whether the log is at least minBytes and ratio
+// times the live state, with no rewrite under way, and then marks one
+// under way: the caller runs rewrite. The caller holds mu exclusively.
+func (p *partition) startRewrite(minBytes uint64, ratio int64) bool {
+	if p.rewriting || p.log == nil || p.failed() != nil {
+		return false
+	}
+	st := p.log.Stats()
+	if st.Bytes < minBytes || int64(st.Bytes) < ratio*max(p.live, 1) {
+		return false
+	}
+	p.rewriting = true
+	return true
 }
 
 // rewrite replaces the log by a snapshot of the live state.

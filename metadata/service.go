@@ -126,11 +126,8 @@ type Service struct {
 
 type partSlot struct {
 	ready chan struct{} // closed once p and err are set
-	// loaded is true once ready is closed: the path of every request
-	// reads it, without a channel operation.
-	loaded atomic.Bool
-	p      *partition
-	err    error
+	p     *partition
+	err   error
 }
 
 // isClosed reports whether ch is closed, without waiting.
@@ -338,13 +335,13 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 			return nil, ErrClosed
 		}
 		slot := s.parts[id]
-		if (slot == nil || !slot.loaded.Load()) && mustNotWait(ctx) {
+		if (slot == nil || !isClosed(slot.ready)) && mustNotWait(ctx) {
 			s.mu.Unlock()
 			return nil, errWouldWait
 		}
 		if slot != nil {
 			s.mu.Unlock()
-			if !slot.loaded.Load() {
+			if !isClosed(slot.ready) { // a loaded slot needs no select
 				select {
 				case <-slot.ready:
 				case <-ctx.Done():
@@ -369,7 +366,6 @@ func (s *Service) openPartition(ctx context.Context, id uint32, create bool) (*p
 			delete(s.parts, id)
 			s.mu.Unlock()
 		}
-		slot.loaded.Store(true)
 		close(slot.ready)
 		if slot.err == nil {
 			s.recoverPartition(slot.p)

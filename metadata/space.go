@@ -54,6 +54,16 @@ const (
 	spaceChange
 )
 
+// partitionToGrow is the partition an operation that adds to the
+// namespace works in, if the region has room for it (else ENOSPC).
+func (s *Service) partitionToGrow(ctx context.Context, id uint32) (*partition, wire.Status) {
+	p, st := s.partition(ctx, id)
+	if st == wire.StatusOK {
+		st = s.roomToGrow()
+	}
+	return p, st
+}
+
 // roomToGrow is roomFor(spaceGrow).
 func (s *Service) roomToGrow() wire.Status { return s.roomFor(spaceGrow) }
 
@@ -95,9 +105,15 @@ func (s *Service) roomFor(use spaceUse) wire.Status {
 	return wire.StatusOK
 }
 
-// changeOps are the client mutations roomFor(spaceChange) guards.
-var changeOps = map[wire.Op]bool{wire.OpUnlink: true, wire.OpRmdir: true, wire.OpRename: true,
-	wire.OpSetAttr: true, wire.OpRemoveXattr: true}
+// isChangeOp reports whether op is a client mutation that
+// roomFor(spaceChange) guards (growth is checked where it happens).
+func isChangeOp(op wire.Op) bool {
+	switch op {
+	case wire.OpUnlink, wire.OpRmdir, wire.OpRename, wire.OpSetAttr, wire.OpRemoveXattr:
+		return true
+	}
+	return false
+}
 
 // reclaimLogs rewrites, in the background, the partition logs that are
 // mostly history; at most once a second.
@@ -123,17 +139,11 @@ func (s *Service) reclaim() {
 	for _, p := range s.loaded() {
 		p.mu.Lock()
 		largest = max(largest, p.live)
-		if p.rewriting || p.log == nil || p.failed() != nil {
-			p.mu.Unlock()
-			continue
-		}
-		st := p.log.Stats()
-		if st.Bytes < pressureRewriteMinBytes || int64(st.Bytes) < pressureRewriteRatio*max(p.live, 1) {
-			p.mu.Unlock()
-			continue
-		}
-		p.rewriting = true
+		start := p.startRewrite(pressureRewriteMinBytes, pressureRewriteRatio)
 		p.mu.Unlock()
+		if !start {
+			continue
+		}
 		if err := p.rewrite(); err != nil {
 			s.log.Warn("partition log rewrite under space pressure failed", "partition", p.id, "err", err)
 		}
