@@ -153,7 +153,6 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, fla
 }
 
 func (h *handle) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
-	ctx = detach(ctx)
 	l := toLock(owner, lk, flags)
 	if l.Type != client.LockUnlock {
 		if l.Kind == client.LockFlock {
