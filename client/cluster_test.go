@@ -491,3 +491,62 @@ func TestClusterDirAfterChange(t *testing.T) {
 		check(fmt.Sprintf("unlink f%d", i))
 	}
 }
+
+// TestClusterPreallocatedBlocksAreFreed: blocks a file holds past its
+// size (fallocate with FALLOC_FL_KEEP_SIZE, or a fallocate that failed
+// part way) stay after the close, and are freed by a truncate to the
+// file's size and by its removal. A file of size 0 had them leak.
+func TestClusterPreallocatedBlocksAreFreed(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	root := client.Cred{}
+	used := func() uint64 {
+		u, err := client.TestingDataUsed(c, ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	waitUsed := func(what string, ok func(uint64) bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for u := used(); !ok(u); u = used() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d bytes used", what, u)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	before := used()
+	const prealloc = 12 << 20 // three chunks
+	preallocate := func(name string) uint64 {
+		t.Helper()
+		a, f, err := c.Create(ctx, root, cluster.RootInode, name, 0o644, syscall.O_RDWR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Allocate(ctx, client.FallocKeepSize, 0, prealloc); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return a.Ino
+	}
+	ino := preallocate("removed")
+	waitUsed("preallocated, closed", func(u uint64) bool { return u >= before+prealloc })
+	if a, err := c.GetAttr(ctx, root, ino); err != nil || a.Size != 0 {
+		t.Fatalf("size after a KEEP_SIZE fallocate: %d, %v", a.Size, err)
+	}
+	if err := c.Unlink(ctx, root, cluster.RootInode, "removed"); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed("removed", func(u uint64) bool { return u < before+prealloc/8 })
+
+	ino = preallocate("truncated")
+	waitUsed("preallocated again", func(u uint64) bool { return u >= before+prealloc })
+	if _, err := c.SetAttr(ctx, root, ino, client.SetAttrIn{Valid: client.SetSize, Size: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitUsed("truncated to its size", func(u uint64) bool { return u < before+prealloc/8 })
+}

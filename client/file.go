@@ -35,6 +35,10 @@ type openInode struct {
 	// the writes freed (a file rewritten in place keeps them, and does
 	// not allocate them again at every open).
 	grew bool
+	// allocated is set by a fallocate (even one that failed part way),
+	// for the whole life of the open inode: its releases ask the owner
+	// to free the blocks past the size with the file.
+	allocated bool
 	// mtime is the time of the last write, for the commit.
 	mtime time.Time
 	// files are the open Files of the inode (guarded by openTable.mu),
@@ -384,6 +388,11 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 	octx, cancel, err := f.c.op(ctx)
 	defer cancel()
 	if err == nil {
+		if mode&FallocPunchHole == 0 {
+			f.oi.mu.Lock()
+			f.oi.allocated = true
+			f.oi.mu.Unlock()
+		}
 		err = f.c.data.Allocate(octx, f.oi.ino, mode, off, length)
 	}
 	if err != nil {
@@ -430,6 +439,9 @@ func (f *File) Close(ctx context.Context) error {
 		flags := f.flags
 		f.oi.mu.Lock()
 		grew := f.oi.grew
+		if f.oi.allocated {
+			flags |= releaseAllocated
+		}
 		f.oi.mu.Unlock()
 		if last && f.c.data.TakeAhead(f.oi.ino) && grew {
 			// Blocks allocated past what was written: the owner frees

@@ -463,6 +463,10 @@ func (n mdNamespace) Release(ctx context.Context, ino uint64, flags int) error {
 // allocated past the end of the file once no open is left.
 const releaseTrimAhead = int(wire.ReleaseTrimAhead)
 
+// releaseAllocated in Release's flags says this client had blocks
+// allocated that the file's size may not cover.
+const releaseAllocated = int(wire.ReleaseAllocated)
+
 func (n mdNamespace) Commit(ctx context.Context, cred Cred, ino uint64, size uint64, mtime time.Time) (Attr, error) {
 	a, err := n.md.WriteCommit(ctx, wireCred(cred), ino, size, timespec(mtime))
 	return fromWire(a), err

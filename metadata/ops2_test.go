@@ -13,6 +13,7 @@ import (
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/metadata"
+	"github.com/octofs/octofs/metadata/mdclient"
 	"github.com/octofs/octofs/metadata/metatest"
 	"github.com/octofs/octofs/metadata/wire"
 )
@@ -357,4 +358,49 @@ func TestReleaseTrimsAhead(t *testing.T) {
 		after, err := cl.GetAttr(bg, root, a.Ino, 0)
 		return err == nil && after == before
 	}, 10*time.Second, time.Millisecond, "size and times unchanged")
+}
+
+// TestBlocksPastSizeAreFreed: a file of size 0 whose write open ended
+// with ReleaseAllocated, or whose writer's session expired, has its data
+// freed with it; one whose writers allocated nothing is freed without a
+// data request.
+func TestBlocksPastSizeAreFreed(t *testing.T) {
+	c := metatest.Start(t, metatest.Config{Service: func(i int, cfg *metadata.Config) {
+		cfg.SessionLease = 200 * time.Millisecond
+		cfg.ResolveInterval = 20 * time.Millisecond
+	}})
+	one, two := c.Client(), c.Client()
+	f := &fixture{t: t, cl: one}
+	open := func(cl *mdclient.Client, a wire.Attr) {
+		_, err := cl.Open(bg, root, a.Ino, a.Gen, wire.OpenReadWrite, false)
+		require.NoError(t, err)
+	}
+	plain := f.file(rootIno, "plain", 0o644, root)
+	open(one, plain)
+	require.NoError(t, one.Release(bg, plain.Ino, wire.OpenReadWrite))
+	alloc := f.file(rootIno, "allocated", 0o644, root)
+	open(one, alloc)
+	require.NoError(t, one.Release(bg, alloc.Ino, wire.OpenReadWrite|wire.ReleaseAllocated))
+	dead := f.file(rootIno, "dead writer", 0o644, root)
+	open(two, dead)
+	// two stops renewing: its session expires with the write open, and
+	// the owner marks the inode.
+	require.Eventually(t, func() bool { return inodeFlags(c, dead.Ino)&wire.InodeHasBlocks != 0 }, 10*time.Second, 10*time.Millisecond)
+	require.Zero(t, inodeFlags(c, plain.Ino)&wire.InodeHasBlocks)
+	for _, name := range []string{"plain", "allocated", "dead writer"} {
+		require.NoError(t, one.Unlink(bg, root, rootIno, name, 0))
+	}
+	require.Eventually(t, func() bool { return c.Data.FreedCount(alloc.Ino) == 1 }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return c.Data.FreedCount(dead.Ino) == 1 }, 10*time.Second, time.Millisecond)
+	require.Zero(t, c.Data.FreedCount(plain.Ino), "a file nobody allocated for costs no data request")
+}
+
+// inodeFlags returns ino's state flags at its owner.
+func inodeFlags(c *metatest.Cluster, ino uint64) uint32 {
+	for _, in := range c.Nodes[ownerIndex(c, ino)].Svc.Inodes() {
+		if in.Attr.Ino == ino {
+			return in.Flags
+		}
+	}
+	return 0
 }

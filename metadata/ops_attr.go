@@ -121,9 +121,10 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	if v&wire.SetCtime != 0 {
 		rec.Ctime = q.Ctime
 	}
-	if v&wire.SetSize != 0 && q.Size < n.rec.Size {
-		// Shrink: the other changes now, with the intent; the data
-		// beyond the size is freed before the size is published.
+	if v&wire.SetSize != 0 && n.isRegular() && hasBlocksPast(&n.rec, q.Size) {
+		// Shrink (or blocks past the size): the other changes now,
+		// with the intent; the data beyond the size is freed before
+		// the size is published.
 		return p.truncate(r, n, rec, q.Size)
 	}
 	if v&wire.SetSize != 0 {
@@ -196,6 +197,9 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 		rec.Mtime, rec.Ctime = now, now
 	}
 	rec.Size = in.Size
+	// Nothing lies past the size now; a writer that allocates again
+	// marks the inode again (release, endSession).
+	rec.Flags &^= wire.InodeHasBlocks
 	nn := *n
 	nn.rec = rec
 	res := ok(&wire.AttrReply{Attr: nn.attr()})
@@ -314,7 +318,7 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 	if trunc && n.isRegular() && !q.Reclaim {
 		rec := n.rec
 		rec.Mode = writeKillPrivs(&rec, r.cred)
-		if rec.Size > 0 {
+		if hasBlocksPast(&rec, 0) {
 			res = p.truncate(r, n, rec, 0)
 		} else {
 			now := wire.TimespecOf(s.now())
@@ -347,6 +351,9 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 	}
 	write := q.Flags&wire.OpenAccessMode != wire.OpenReadOnly
 	if s.sessions.dropOpen(r.key, q.Ino, write) {
+		if write && q.Flags&wire.ReleaseAllocated != 0 {
+			p.markBlocks(q.Ino)
+		}
 		p.releaseOpens(ctx, q.Ino, 1)
 		if write && q.Flags&wire.ReleaseTrimAhead != 0 {
 			// Only the end of a write open the client held asks: no
@@ -374,6 +381,28 @@ func (p *partition) trimAhead(ino uint64) {
 		}
 		p.startTruncate(&wire.IntentRecord{Op: wire.IntentTruncate, Ino: ino, Size: n.rec.Size, ReqOp: wire.OpRelease})
 	})
+}
+
+// markBlocks marks regular file ino InodeHasBlocks: blocks past its size
+// may exist, and must be freed with it.
+func (p *partition) markBlocks(ino uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.inodes[ino]
+	if n == nil || !n.isRegular() || n.rec.Flags&(wire.InodeHasBlocks|wire.InodeFreeing) != 0 {
+		return
+	}
+	rec := n.rec
+	rec.Flags |= wire.InodeHasBlocks
+	if err := p.commit(&rec); err != nil {
+		p.svc.log.Error("marking an inode as holding blocks past its size failed; they may leak", "ino", ino, "err", err)
+	}
+}
+
+// hasBlocksPast reports whether regular file rec may hold blocks past
+// size: a shrink, or a file marked InodeHasBlocks.
+func hasBlocksPast(rec *wire.InodeRecord, size uint64) bool {
+	return size < rec.Size || (size == rec.Size && rec.Flags&wire.InodeHasBlocks != 0)
 }
 
 // releaseOpens ends k opens of ino; an orphan without opens is freed.
@@ -412,7 +441,7 @@ func (p *partition) freeOrphans(ctx context.Context) {
 // and no opens: a regular file with data is marked freeing (its data is
 // freed by finishFree, then the inode); anything else goes at once.
 func (p *partition) freeRecords(rec *wire.InodeRecord) (recs []wire.Record, async bool) {
-	if rec.Mode&wire.ModeType == wire.ModeRegular && rec.Size > 0 {
+	if rec.Mode&wire.ModeType == wire.ModeRegular && (rec.Size > 0 || rec.Flags&wire.InodeHasBlocks != 0) {
 		r := *rec
 		r.Flags = r.Flags&^wire.InodeOrphan | wire.InodeFreeing
 		return []wire.Record{&r}, true

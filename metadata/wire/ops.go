@@ -265,3 +265,9 @@ const (
 // when no open of the file remains, the owner frees the data past the
 // file's size (see docs/metadata.md).
 const ReleaseTrimAhead uint32 = 1 << 30
+
+// ReleaseAllocated, in ReleaseRequest.Flags, says the releasing client
+// had blocks allocated for the file that its size may not cover (a
+// fallocate, even one that failed): the owner marks the inode
+// InodeHasBlocks, so that those blocks are freed with it.
+const ReleaseAllocated uint32 = 1 << 29

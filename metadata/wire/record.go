@@ -152,8 +152,14 @@ const (
 	// link may give a name, as Linux's I_LINKABLE; the first link clears
 	// it.
 	InodeLinkable uint32 = 1 << 4
+	// InodeHasBlocks: a regular file that may hold blocks past its size
+	// (preallocated with FALLOC_FL_KEEP_SIZE, left by a fallocate that
+	// failed part way, or by a writer that died before its commit). Its
+	// data is freed with the inode whatever its size, and a truncate to
+	// its own size frees what lies past it.
+	InodeHasBlocks uint32 = 1 << 5
 
-	inodeFlagsAll = InodeLinkable<<1 - 1
+	inodeFlagsAll = InodeHasBlocks<<1 - 1
 )
 
 // InodeRecord is an inode's full state.
