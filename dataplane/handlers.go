@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"syscall"
+	"time"
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/wire"
@@ -176,13 +177,13 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 		return wire.Reply{}, p.broken
 	}
 	if alloc {
-		switch req.Op {
-		case wire.OpAllocate:
-			err = s.ensure(p, req.Ino, req.Chunk, uint64(req.Off), uint64(req.Off)+uint64(req.Len), uint64(req.Ahead), true, [2]uint64{req.MineHead, req.MineTail})
-		case wire.OpFallocate:
-			err = s.fallocate(p, req)
+		allocate := func() error {
+			if req.Op == wire.OpFallocate {
+				return s.fallocate(p, req)
+			}
+			return s.ensure(p, req.Ino, req.Chunk, uint64(req.Off), uint64(req.Off)+uint64(req.Len), uint64(req.Ahead), true, [2]uint64{req.MineHead, req.MineTail})
 		}
-		if err != nil {
+		if err := s.awaitSpace(ctx, p, allocate(), allocate); err != nil {
 			return wire.Reply{}, err
 		}
 	}
@@ -191,6 +192,63 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 		return wire.Reply{}, err
 	}
 	return wire.Reply{Lease: s.cfg.Lease, Extents: exts}, nil
+}
+
+// awaitSpace retries an allocation of p's that failed with ErrNoSpace (err,
+// from allocate) while this node holds quarantined blocks: blocks freed by
+// an unlink or a truncate come back within Quarantine, and an allocation
+// that fits then waits for them, as a local file system's space is free
+// once the unlink returns, instead of failing with ENOSPC next to a
+// nearly empty df. It ends with the first other result, when nothing is
+// quarantined any more, or after Quarantine. p.mu is held on entry and on
+// return, and released while it waits.
+func (s *Service) awaitSpace(ctx context.Context, p *partition, err error, allocate func() error) error {
+	deadline := time.Now().Add(s.cfg.Quarantine + time.Second)
+	for errors.Is(err, ErrNoSpace) && time.Now().Before(deadline) && s.quarantinedAny(p) {
+		p.mu.Unlock()
+		t := time.NewTimer(spaceRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			p.mu.Lock()
+			return err
+		case <-t.C:
+		}
+		s.sweepEmpty(nil)
+		p.mu.Lock()
+		if p.broken != nil {
+			return p.broken
+		}
+		err = allocate()
+	}
+	return err
+}
+
+// spaceRetry is how often an allocation waiting for quarantined blocks
+// tries again.
+const spaceRetry = 200 * time.Millisecond
+
+// quarantinedAny reports whether a partition of this node holds
+// quarantined blocks; the caller holds held's lock, and a partition busy
+// now is skipped.
+func (s *Service) quarantinedAny(held *partition) bool {
+	for _, p := range s.partitions() {
+		if p == held {
+			if len(p.quar) > 0 {
+				return true
+			}
+			continue
+		}
+		if !p.mu.TryLock() {
+			continue
+		}
+		q := len(p.quar) > 0
+		p.mu.Unlock()
+		if q {
+			return true
+		}
+	}
+	return false
 }
 
 // fallocate applies a mode to a range of one chunk; p.mu is held.
