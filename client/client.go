@@ -35,6 +35,11 @@ type Client struct {
 	// (KeepDirsAfterCreate); dropAttrs drops both caches.
 	fresh *freshDirs
 
+	// writeBehind is the write-behind buffer's size (SetWriteBehind);
+	// behind counts the bytes kept behind over all open inodes.
+	writeBehind int
+	behind      atomic.Int64
+
 	// nextOwner hands out lock owners for files the native API opens.
 	nextOwner atomic.Uint64
 

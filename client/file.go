@@ -39,6 +39,8 @@ type openInode struct {
 	// for the whole life of the open inode: its releases ask the owner
 	// to free the blocks past the size with the file.
 	allocated bool
+	// wb is the write-behind of small sequential writes (SetWriteBehind).
+	wb writeBehind
 	// mtime is the time of the last write, for the commit.
 	mtime time.Time
 	// files are the open Files of the inode (guarded by openTable.mu),
@@ -209,18 +211,26 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, syscall.EINVAL
 	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return 0, f.c.fail(ctx, "read", err)
+	}
 	f.oi.mu.Lock()
 	size := f.oi.size
+	if len(f.oi.wb.buf) > 0 {
+		// This client's reads see its writes: those kept behind go
+		// first. A failure is the next write's, fsync's or close's.
+		if err := f.c.drainLocked(octx, f.oi); err != nil {
+			f.oi.wb.err = err
+		}
+	}
 	f.oi.mu.Unlock()
 	if uint64(off) >= size || len(p) == 0 {
 		return 0, nil
 	}
 	n := int(min(uint64(len(p)), size-uint64(off)))
-	octx, cancel, err := f.c.op(ctx)
-	defer cancel()
-	if err == nil {
-		err = f.c.data.ReadAt(octx, f.oi.ino, p[:n], uint64(off))
-	}
+	err = f.c.data.ReadAt(octx, f.oi.ino, p[:n], uint64(off))
 	if err != nil {
 		return 0, f.c.fail(ctx, "read", err)
 	}
@@ -252,8 +262,19 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := f.c.data.WriteAt(octx, f.oi.ino, p, uint64(off)); err != nil {
+	// Earlier writes kept behind go first, so that they never land over
+	// this one; a small write may join them.
+	oi := f.oi
+	oi.mu.Lock()
+	buffered, err := f.c.writeBehindLocked(octx, oi, f.flags, p, uint64(off))
+	oi.mu.Unlock()
+	if err != nil {
 		return 0, f.c.fail(ctx, "write", err)
+	}
+	if !buffered {
+		if err := f.c.data.WriteAt(octx, oi.ino, p, uint64(off)); err != nil {
+			return 0, f.c.fail(ctx, "write", err)
+		}
 	}
 	f.wrote(uint64(off) + uint64(len(p)))
 	return len(p), nil
@@ -286,6 +307,9 @@ func (f *File) appendAt(ctx, octx context.Context, p []byte) (int, error) {
 	oi := f.oi
 	oi.mu.Lock()
 	defer oi.mu.Unlock()
+	if err := f.c.drainLocked(octx, oi); err != nil {
+		return 0, f.c.fail(ctx, "write", err)
+	}
 	a, err := f.c.ns.GetAttr(octx, f.cred, oi.ino)
 	if err != nil {
 		return 0, f.c.fail(ctx, "write", err)
@@ -339,6 +363,9 @@ func (f *File) Sync(ctx context.Context) error {
 // of the last writer commits, so that a flush by another descriptor of the
 // same inode does not need write permission of its own.
 func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
+	if err := c.drainLocked(ctx, oi); err != nil {
+		return err
+	}
 	if !oi.dirty {
 		return nil
 	}
@@ -388,11 +415,12 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 	octx, cancel, err := f.c.op(ctx)
 	defer cancel()
 	if err == nil {
-		if mode&FallocPunchHole == 0 {
-			f.oi.mu.Lock()
-			f.oi.allocated = true
-			f.oi.mu.Unlock()
-		}
+		f.oi.mu.Lock()
+		f.oi.allocated = f.oi.allocated || mode&FallocPunchHole == 0
+		err = f.c.drainLocked(octx, f.oi)
+		f.oi.mu.Unlock()
+	}
+	if err == nil {
 		err = f.c.data.Allocate(octx, f.oi.ino, mode, off, length)
 	}
 	if err != nil {
@@ -453,4 +481,74 @@ func (f *File) Close(ctx context.Context) error {
 		}
 	}
 	return f.c.fail(ctx, "close", err)
+}
+
+// writeBehind holds small sequential writes of one open inode until they
+// fill the buffer, a write elsewhere, a read, a truncate, a fallocate, a
+// flush (close), fsync or an append needs them in the owners' memory
+// (docs/client.md, "Write-behind"). A write that fails there is reported
+// by the next write, flush or fsync (err), as a local file system reports
+// a failed writeback.
+type writeBehind struct {
+	off uint64 // file offset of buf[0]
+	buf []byte
+	err error
+}
+
+// SetWriteBehind makes writes smaller than half of n that continue the
+// previous one collect in a buffer of n bytes per open inode before they
+// go to the owners as one write; 0 (the default) turns it off. Writes
+// stay visible to this client at once, and reach other clients at Flush,
+// Sync or Close as before. The mount turns it on; call it before the
+// client is used.
+func (c *Client) SetWriteBehind(n int) { c.writeBehind = max(n, 0) }
+
+// writeBehindLocked sends what oi keeps behind unless the write p at off
+// joins it, and reports whether it did (then p is the buffer's). oi.mu
+// is held.
+func (c *Client) writeBehindLocked(ctx context.Context, oi *openInode, flags int, p []byte, off uint64) (bool, error) {
+	wb := &oi.wb
+	small := c.writeBehind > 0 && len(p) < c.writeBehind/2 && flags&syscall.O_DIRECT == 0
+	if len(wb.buf) > 0 && (!small || off != wb.off+uint64(len(wb.buf)) || len(wb.buf)+len(p) > c.writeBehind) {
+		if err := c.drainLocked(ctx, oi); err != nil {
+			return false, err
+		}
+	}
+	if err := wb.err; err != nil {
+		wb.err = nil
+		return false, err
+	}
+	if !small || c.behind.Add(int64(len(p))) > writeBehindBudget {
+		if small {
+			c.behind.Add(-int64(len(p)))
+		}
+		return false, nil
+	}
+	if len(wb.buf) == 0 {
+		wb.off = off
+	}
+	wb.buf = append(wb.buf, p...)
+	return true, nil
+}
+
+// writeBehindBudget bounds the bytes a client keeps behind over all its
+// open inodes; past it, writes go out at once.
+const writeBehindBudget = 64 << 20
+
+// drainLocked sends what oi keeps behind to the owners, and returns a
+// failure of an earlier drain not yet reported. oi.mu is held.
+func (c *Client) drainLocked(ctx context.Context, oi *openInode) error {
+	wb := &oi.wb
+	if len(wb.buf) > 0 {
+		err := c.data.WriteAt(ctx, oi.ino, wb.buf, wb.off)
+		c.behind.Add(-int64(len(wb.buf)))
+		// Only an inode with writes kept behind holds a buffer.
+		wb.buf = nil
+		if err != nil {
+			return err
+		}
+	}
+	err := wb.err
+	wb.err = nil
+	return err
 }

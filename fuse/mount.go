@@ -44,6 +44,11 @@ type Options struct {
 	// Mount writes when it runs as root (see SetReadAhead).
 	MaxWrite     int
 	MaxReadAhead int
+	// WriteBehind is how many bytes of small sequential writes to a file
+	// are collected before they go to the cluster as one write (default
+	// 1 MiB; negative: none). They reach other mounts at close or fsync
+	// either way; see "Write-behind" in docs/client.md.
+	WriteBehind int
 	// MaxBackground is how many asynchronous requests (read-ahead,
 	// direct I/O) the kernel keeps in flight (default 64).
 	MaxBackground int
@@ -105,6 +110,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxReadAhead <= 0 {
 		o.MaxReadAhead = DefaultMaxReadAhead
 	}
+	if o.WriteBehind == 0 {
+		o.WriteBehind = DefaultMaxWrite
+	}
 	if o.MaxBackground <= 0 {
 		o.MaxBackground = DefaultMaxBackground
 	}
@@ -154,6 +162,7 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 	// in it; the creation's reply has them, as fresh as the kernel's
 	// attribute cache would keep them (none with NoCache).
 	c.KeepDirsAfterCreate(o.AttrTimeout)
+	c.SetWriteBehind(o.WriteBehind)
 	fsys := &FS{c: c, o: o, log: o.Logger, creds: newCredCache("/proc", o.CredTTL, time.Now),
 		reads:   newReadBuffers(clientBuffers(c), o.MaxWrite, readBuffersKept),
 		lockers: make(map[uint64]map[*handle]struct{})}

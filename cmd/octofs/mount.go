@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,7 @@ type mountOptions struct {
 	noCache        bool
 	serverPerms    bool
 	maxWrite       int
+	writeBehind    int
 	readAhead      int
 	background     int
 	opTimeout      time.Duration
@@ -103,6 +105,7 @@ option).`,
 	f.BoolVar(&o.noCache, "no-cache", false, "ask the cluster for every lookup and getattr (sees other mounts' changes at once)")
 	f.BoolVar(&o.serverPerms, "server-permissions", false, "leave every permission check to the cluster, none to the kernel (implies --no-cache; for testing the cluster)")
 	f.IntVar(&o.maxWrite, "max-write", fuse.DefaultMaxWrite, "largest read or write request the kernel sends, in bytes (at most 1 MiB)")
+	f.IntVar(&o.writeBehind, "write-behind", fuse.DefaultMaxWrite, "bytes of small sequential writes to a file collected before they go to the cluster as one write (0: none); other mounts see them at close or fsync either way")
 	f.IntVar(&o.readAhead, "max-readahead", fuse.DefaultMaxReadAhead, "the kernel's read-ahead, in bytes (set through sysfs, which takes root)")
 	f.IntVar(&o.background, "max-background", fuse.DefaultMaxBackground, "asynchronous requests (read-ahead) the kernel keeps in flight")
 	f.DurationVar(&o.opTimeout, "op-timeout", client.DefaultOpTimeout, "a call that cannot complete within this fails with ETIMEDOUT or EIO")
@@ -186,6 +189,7 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 		EntryTimeout: o.entryTimeout, AttrTimeout: o.attrTimeout, NegativeTimeout: o.negTimeout,
 		NoCache: o.noCache, ServerPermissions: o.serverPerms, AllowOther: allow, Debug: o.debug, Logger: log,
 		MaxWrite: o.maxWrite, MaxReadAhead: o.readAhead, MaxBackground: o.background,
+		WriteBehind: cmp.Or(o.writeBehind, -1),
 	})
 	if err != nil {
 		return err
