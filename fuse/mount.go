@@ -144,6 +144,12 @@ type FS struct {
 	// so that FLUSH can release a lock owner's locks (see rawFS).
 	lockMu  sync.Mutex
 	lockers map[uint64]map[*handle]struct{}
+
+	// statfs is the last answer to statfs, kept for the attribute
+	// timeout; statfsMu also makes concurrent callers share one request.
+	statfsMu sync.Mutex
+	statfs   client.StatFS
+	statfsAt time.Time
 }
 
 // Server is a live mount.

@@ -348,12 +348,25 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	return d, 0, 0
 }
 
+// Statfs answers from the last answer while it is younger than the
+// attribute timeout: the cluster's answer costs a request to every node,
+// and programs that watch free space (stress-ng calls statfs twice per
+// file it removes) made it the cost of their loops. df may lag the
+// cluster by that much, as it may lag another mount's writes anyway.
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	ctx = detach(ctx)
-	s, err := n.fsys.c.StatFS(ctx)
-	if err != nil {
-		return n.fail("statfs", err)
+	fsys := n.fsys
+	fsys.statfsMu.Lock()
+	s := fsys.statfs
+	if ttl := fsys.o.AttrTimeout; ttl <= 0 || time.Since(fsys.statfsAt) >= ttl {
+		var err error
+		if s, err = fsys.c.StatFS(ctx); err != nil {
+			fsys.statfsMu.Unlock()
+			return n.fail("statfs", err)
+		}
+		fsys.statfs, fsys.statfsAt = s, time.Now()
 	}
+	fsys.statfsMu.Unlock()
 	out.Blocks, out.Bfree, out.Bavail = s.Blocks, s.Bfree, s.Bavail
 	out.Files, out.Ffree = s.Files, s.Ffree
 	out.Bsize, out.Frsize, out.NameLen = s.Bsize, s.Bsize, s.NameLen
