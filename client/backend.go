@@ -80,6 +80,9 @@ type dataIO interface {
 	ReadAt(ctx context.Context, ino uint64, p []byte, off uint64) error
 	// WriteAt writes p at off, allocating blocks where needed.
 	WriteAt(ctx context.Context, ino uint64, p []byte, off uint64) error
+	// Reserve allocates the blocks a write of p at off needs, without
+	// writing (a write kept behind meets ENOSPC when it is accepted).
+	Reserve(ctx context.Context, ino uint64, p []byte, off uint64) error
 	// Persist makes every range this client wrote to ino durable in the
 	// owners' persistence domains.
 	Persist(ctx context.Context, ino uint64) error

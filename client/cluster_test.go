@@ -565,3 +565,44 @@ func TestClusterPreallocatedBlocksAreFreed(t *testing.T) {
 	}
 	waitUsed("truncated to its size", func(u uint64) bool { return u < before+prealloc/8 })
 }
+
+// TestClusterWriteBehindMeetsENOSPC: with write-behind, the write that
+// does not fit fails with ENOSPC itself, and every write acknowledged
+// before it reads back (a kept write used to meet ENOSPC only when sent,
+// after its caller was told it succeeded).
+func TestClusterWriteBehindMeetsENOSPC(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{RegionSize: 16 << 20})
+	c.SetWriteBehind(1 << 20)
+	ctx := context.Background()
+	root := client.Cred{}
+	a, f, err := c.Create(ctx, root, cluster.RootInode, "fill", 0o644, syscall.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const piece = 64 << 10
+	block := func(i int) []byte { return bytes.Repeat([]byte{byte(i), byte(i >> 8), 0xa5, 0x5a}, piece/4) }
+	n := 0
+	for ; n < 4096; n++ {
+		if _, err = f.WriteAt(ctx, block(n), int64(n*piece)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("after %d writes of 64 KiB: %v, want ENOSPC", n, err)
+	}
+	if err := f.Close(ctx); err != nil {
+		t.Fatalf("close after ENOSPC: %v", err)
+	}
+	r, err := c.Open(ctx, root, a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close(ctx)
+	got := make([]byte, piece)
+	for i := range n {
+		if m, err := r.ReadAt(ctx, got, int64(i*piece)); err != nil || m != piece || !bytes.Equal(got, block(i)) {
+			t.Fatalf("acknowledged write %d of %d: read %d bytes, %v, equal %v", i, n, m, err, bytes.Equal(got, block(i)))
+		}
+	}
+	t.Logf("ENOSPC after %d writes of 64 KiB; all of them read back", n)
+}

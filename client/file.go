@@ -524,6 +524,11 @@ func (c *Client) writeBehindLocked(ctx context.Context, oi *openInode, flags int
 		}
 		return false, nil
 	}
+	// The blocks are taken now, so that ENOSPC is this write's.
+	if err := c.data.Reserve(ctx, oi.ino, p, off); err != nil {
+		c.behind.Add(-int64(len(p)))
+		return false, err
+	}
 	if len(wb.buf) == 0 {
 		wb.off = off
 	}

@@ -881,6 +881,14 @@ func (d *memData) WriteAt(ctx context.Context, ino uint64, p []byte, off uint64)
 	return nil
 }
 
+func (d *memData) Reserve(ctx context.Context, ino uint64, p []byte, off uint64) error {
+	if err := d.enter(ctx, "reserve"); err != nil {
+		return err
+	}
+	d.mu.Unlock()
+	return nil
+}
+
 func (d *memData) Persist(ctx context.Context, ino uint64) error {
 	if err := d.enter(ctx, "persist"); err != nil {
 		return err

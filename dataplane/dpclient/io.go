@@ -61,6 +61,36 @@ func (e *Engine) WriteAt(ctx context.Context, ino uint64, p []byte, off uint64) 
 	return e.vector(ctx, ino, []IOVec{{Off: off, Buf: p}}, true)
 }
 
+// Reserve allocates, as WriteAt would, the blocks a write of p at off of
+// ino needs, without writing anything: the client library keeps small
+// writes behind and sends them later as one (docs/client.md), and must
+// meet ENOSPC when it accepts a write, as a local file system's delayed
+// allocation does, not when the write has been acknowledged. The extents
+// stay cached for the write that follows; blocks that are already there
+// cost no request.
+func (e *Engine) Reserve(ctx context.Context, ino uint64, p []byte, off uint64) error {
+	ahead := e.ahead(ino, off, uint64(len(p)))
+	e.prefetch(ino, off+uint64(len(p)), ahead)
+	for _, pc := range split(p, off, ahead, nil) {
+		err := e.retry(ctx, func() error {
+			m, node, err := e.owner(ino, pc.chunk)
+			if err != nil {
+				return err
+			}
+			dc, err := e.conn(ctx, node)
+			if err != nil {
+				return err
+			}
+			_, _, err = e.extents(ctx, m, node, dc, ino, pc.chunk, true, pc.off, pc.off+uint32(len(pc.p)), pc.ahead)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ReadV reads every vector of ino at once: all their chunks' READs are in
 // flight together.
 func (e *Engine) ReadV(ctx context.Context, ino uint64, iov []IOVec) error {
