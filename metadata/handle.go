@@ -163,6 +163,9 @@ func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) resu
 	case *wire.LookupRequest:
 		return s.lookup(ctx, r, q)
 	case *wire.GetAttrRequest:
+		if r.op == wire.OpTouchAtime {
+			return s.touchAtime(ctx, r, q)
+		}
 		return s.getattr(ctx, q)
 	case *wire.SetAttrRequest:
 		return s.setattr(ctx, r, q)

@@ -168,16 +168,29 @@ func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirReques
 		return fail(st)
 	}
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	n, st := p.inodeShared(ctx, q.Ino, 0)
+	rep, due, st := s.readdirShared(ctx, p, r, q)
+	p.mu.RUnlock()
 	if st != wire.StatusOK {
 		return fail(st)
 	}
+	if due {
+		p.listedDir(ctx, q.Ino)
+	}
+	return ok(rep)
+}
+
+// readdirShared lists a page for readdir under p.mu shared, and says
+// whether the listing is due to update the directory's atime.
+func (s *Service) readdirShared(ctx context.Context, p *partition, r *request, q *wire.ReadDirRequest) (*wire.ReadDirReply, bool, wire.Status) {
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return nil, false, st
+	}
 	if !n.isDir() {
-		return fail(status(syscall.ENOTDIR))
+		return nil, false, status(syscall.ENOTDIR)
 	}
 	if !permits(&n.rec, r.cred, wire.AccessRead) {
-		return fail(status(syscall.EACCES))
+		return nil, false, status(syscall.EACCES)
 	}
 	budget := int(q.MaxBytes)
 	if budget == 0 {
@@ -196,7 +209,9 @@ func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirReques
 		rep.Entries = append(rep.Entries, wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie})
 		return true
 	})
-	return ok(rep)
+	due := q.Flags&wire.ReadDirNoAtime == 0 &&
+		wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, wire.TimespecOf(s.now()))
+	return rep, due, wire.StatusOK
 }
 
 func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest) result {

@@ -143,7 +143,7 @@ func NewRequest(op Op) Body {
 		return &Empty{}
 	case OpLookup:
 		return &LookupRequest{}
-	case OpGetAttr:
+	case OpGetAttr, OpTouchAtime:
 		return &GetAttrRequest{}
 	case OpSetAttr:
 		return &SetAttrRequest{}
@@ -201,7 +201,7 @@ func NewReply(op Op) Body {
 		return &DirReply{}
 	case OpLookup:
 		return &LookupReply{}
-	case OpGetAttr, OpSetAttr, OpLink, OpOpen, OpWriteCommit, OpTmpfile:
+	case OpGetAttr, OpSetAttr, OpLink, OpOpen, OpWriteCommit, OpTmpfile, OpTouchAtime:
 		return &AttrReply{}
 	case OpCreate, OpMkdir, OpSymlink:
 		return &MakeReply{}
@@ -580,12 +580,16 @@ func (r *ReadlinkReply) decode(d *codec.Decoder) { r.Target = d.String32(decodeM
 // ReadDirRequest lists directory Ino's entries after Cookie (0: from the
 // start), at most MaxEntries of them (0: no count limit) in at most about
 // MaxBytes of reply (0: the service's default). "." and ".." are not
-// listed: their cookies are 1 and 2, the client adds them.
+// listed: their cookies are 1 and 2, the client adds them. A listing
+// updates the directory's atime by relatime's rule unless Flags has
+// ReadDirNoAtime.
 type ReadDirRequest struct {
 	Ino        uint64
 	Cookie     uint64
 	MaxBytes   uint32
 	MaxEntries uint32
+	// Flags is an optional trailing field (ReadDirNoAtime).
+	Flags uint32
 }
 
 func (r *ReadDirRequest) encode(e *codec.Encoder) {
@@ -593,6 +597,7 @@ func (r *ReadDirRequest) encode(e *codec.Encoder) {
 	e.U64(r.Cookie)
 	e.U32(r.MaxBytes)
 	e.U32(r.MaxEntries)
+	putOptional32(e, r.Flags)
 }
 
 func (r *ReadDirRequest) decode(d *codec.Decoder) {
@@ -600,6 +605,10 @@ func (r *ReadDirRequest) decode(d *codec.Decoder) {
 	r.Cookie = d.U64()
 	r.MaxBytes = d.U32()
 	r.MaxEntries = d.U32()
+	r.Flags = optional32(d, "readdir flags")
+	if d.Err() == nil && r.Flags&^ReadDirNoAtime != 0 {
+		d.Fail("readdir flags %#x", r.Flags)
+	}
 }
 
 // ReadDirReply is a page of entries in cookie order; EOF says none follow.
