@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/octofs/octofs/metadata/wire"
 )
 
 // openTable holds the inodes this client has open. Everything the client
@@ -46,6 +48,29 @@ type openInode struct {
 	files map[*File]struct{}
 	// cred of the last writer, for the commit.
 	cred Cred
+	// atime, mtime and ctime are the owner's, as this client last
+	// learnt them (open, commit, getattr, setattr, an atime update):
+	// what relatime's rule is applied to before a read asks the owner
+	// to update atime. This client's own uncommitted writes do not
+	// count until their commit, so that reads between writes send
+	// nothing.
+	atime, mtime0, ctime time.Time
+	// touching is set while a read asks the owner to update atime, so
+	// that concurrent reads do not ask too.
+	touching bool
+}
+
+// learn records the owner's times of the inode. oi.mu is held.
+func (oi *openInode) learn(a Attr) {
+	oi.atime, oi.mtime0, oi.ctime = a.Atime, a.Mtime, a.Ctime
+}
+
+// relatimeDue reports whether a read at now should ask the owner to
+// update atime, by relatime's rule on the times this client knows.
+// oi.mu is held.
+func (oi *openInode) relatimeDue(now time.Time) bool {
+	return !oi.touching && wire.RelatimeDue(wire.TimespecOf(oi.atime), wire.TimespecOf(oi.mtime0),
+		wire.TimespecOf(oi.ctime), wire.TimespecOf(now))
 }
 
 // acquire registers f, an open of the inode whose open returned a. It
@@ -70,6 +95,7 @@ func (t *openTable) acquire(a Attr, f *File) (*openInode, bool) {
 	} else {
 		oi.size = a.Size
 	}
+	oi.learn(a)
 	oi.mu.Unlock()
 	return oi, !ok
 }
@@ -127,6 +153,7 @@ func (t *openTable) overlay(a Attr) Attr {
 	}
 	oi.mu.Lock()
 	defer oi.mu.Unlock()
+	oi.learn(a)
 	if oi.dirty {
 		a.Size = max(a.Size, oi.size)
 		if oi.mtime.After(a.Mtime) {
@@ -224,7 +251,50 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, f.c.fail(ctx, "read", err)
 	}
+	if f.flags&syscall.O_NOATIME == 0 {
+		f.touchAtime(octx)
+	}
 	return n, nil
+}
+
+// touchAtime asks the owner to update atime after a read, when
+// relatime's rule is due on the times this client knows: in steady state
+// once per modification of the file or once a day, never per read. The
+// owner applies the rule again with its own times. A failure is logged
+// and not retried until the times change: atime is not worth failing a
+// read for, nor an RPC per read. The request is made before the read
+// returns, so that a stat after the read (the kernel asks for attributes
+// again after a read) sees the new atime, as on a local file system.
+func (f *File) touchAtime(ctx context.Context) {
+	oi := f.oi
+	now := f.c.cfg.Now()
+	oi.mu.Lock()
+	if !oi.relatimeDue(now) {
+		oi.mu.Unlock()
+		return
+	}
+	oi.touching = true
+	oi.mu.Unlock()
+	a, err := f.c.ns.TouchAtime(ctx, f.cred, oi.ino)
+	f.c.dropAttrs(oi.ino)
+	oi.mu.Lock()
+	defer oi.mu.Unlock()
+	oi.touching = false
+	if err != nil {
+		f.c.log.Debug("atime update failed", "ino", oi.ino, "err", err)
+		a = Attr{Atime: now, Mtime: oi.mtime0, Ctime: oi.ctime}
+	}
+	// Not due any more until the owner's times say otherwise, whatever
+	// the owner decided (its clock may be behind this client's).
+	a.Atime = laterOf(a.Atime, now)
+	oi.learn(a)
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // WriteAt writes p at off, or at the end of the file as the owner knows it
@@ -351,6 +421,7 @@ func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
 	}
 	oi.dirty = false
 	oi.size = a.Size
+	oi.learn(a)
 	c.attrs.put(oi.ino, a)
 	return nil
 }
@@ -404,6 +475,17 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 		f.wrote(0)
 	}
 	return nil
+}
+
+// ReadDirPage lists the directory this File opened (Open with
+// O_DIRECTORY) after cookie, as Client.ReadDirPage does, with the
+// File's credentials. The listing updates the directory's atime by
+// relatime's rule, unless the File was opened with O_NOATIME.
+func (f *File) ReadDirPage(ctx context.Context, cookie uint64, max int) ([]DirEntry, bool, error) {
+	if f.closed.Load() {
+		return nil, false, syscall.EBADF
+	}
+	return f.c.readDirPage(ctx, f.cred, f.oi.ino, cookie, max, f.flags&syscall.O_NOATIME != 0)
 }
 
 // Attr returns the file's attributes with this client's unflushed writes.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/wire"
 )
 
 // Memory is an in-memory octofs cluster in this process: one namespace and
@@ -537,7 +538,7 @@ func (f *memNS) Readlink(ctx context.Context, cred Cred, ino uint64) (string, er
 	return n.target, nil
 }
 
-func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
+func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error) {
 	if err := f.enter(ctx, "readdir"); err != nil {
 		return nil, false, err
 	}
@@ -545,6 +546,9 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 	d, err := f.dir(cred, ino, 4)
 	if err != nil {
 		return nil, false, err
+	}
+	if !noAtime {
+		f.relatime(d)
 	}
 	var out []DirEntry
 	for name, c := range d.cookies {
@@ -558,6 +562,32 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 		return out[:max], false, nil
 	}
 	return out, true, nil
+}
+
+// relatime sets n's atime to now when relatime's rule is due, as the
+// real service does for listings and OpTouchAtime.
+func (f *memNS) relatime(n *memNode) {
+	now := f.now()
+	a := &n.attr
+	if wire.RelatimeDue(wire.TimespecOf(a.Atime), wire.TimespecOf(a.Mtime), wire.TimespecOf(a.Ctime), wire.TimespecOf(now)) {
+		a.Atime = now
+	}
+}
+
+func (f *memNS) TouchAtime(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
+	if err := f.enter(ctx, "touch-atime"); err != nil {
+		return Attr{}, err
+	}
+	defer f.mu.Unlock()
+	n, err := f.node(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if n.opens == 0 && !may(cred, n.attr, 4) {
+		return Attr{}, syscall.EACCES
+	}
+	f.relatime(n)
+	return n.attr, nil
 }
 
 func (f *memNS) GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error) {

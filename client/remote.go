@@ -389,8 +389,12 @@ func (n mdNamespace) Readlink(ctx context.Context, cred Cred, ino uint64) (strin
 	return n.md.Readlink(ctx, wireCred(cred), ino)
 }
 
-func (n mdNamespace) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
-	ents, eof, err := n.md.ReadDir(ctx, wireCred(cred), ino, cookie, 0, uint32(max))
+func (n mdNamespace) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error) {
+	var flags uint32
+	if noAtime {
+		flags = wire.ReadDirNoAtime
+	}
+	ents, eof, err := n.md.ReadDirFlags(ctx, wireCred(cred), ino, cookie, 0, uint32(max), flags)
 	if err != nil {
 		return nil, false, err
 	}
@@ -399,6 +403,11 @@ func (n mdNamespace) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64,
 		out[i] = DirEntry{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie}
 	}
 	return out, eof, nil
+}
+
+func (n mdNamespace) TouchAtime(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
+	a, err := n.md.TouchAtime(ctx, wireCred(cred), ino, 0)
+	return fromWire(a), err
 }
 
 func (n mdNamespace) GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error) {

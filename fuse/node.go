@@ -338,14 +338,15 @@ func (n *node) staleOpen(ctx context.Context, cred client.Cred) syscall.Errno {
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = detach(ctx)
-	d := &dirHandle{n: n, cred: n.cred(ctx)}
-	// Reading the first page now makes opendir fail as Linux's does
-	// (EACCES without read permission, ENOTDIR) instead of the first
-	// readdir.
-	if err := d.fill(ctx); err != nil {
+	// The open is registered with the directory's owner, which checks
+	// read permission (EACCES, ENOTDIR as Linux's opendir) and keeps a
+	// removed directory while it is open. Listing waits for the first
+	// readdir: opening a directory does not update its atime.
+	f, err := n.fsys.c.Open(ctx, n.cred(ctx), n.ino(), syscall.O_RDONLY|syscall.O_DIRECTORY|int(flags)&syscall.O_NOATIME)
+	if err != nil {
 		return nil, 0, n.fail("opendir", err)
 	}
-	return d, 0, 0
+	return &dirHandle{n: n, f: f}, 0, 0
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
