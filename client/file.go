@@ -275,7 +275,12 @@ func (f *File) touchAtime(ctx context.Context) {
 	}
 	oi.touching = true
 	oi.mu.Unlock()
-	a, err := f.c.ns.TouchAtime(ctx, f.cred, oi.ino)
+	// Bounded apart from the read: data nodes may answer while the
+	// inode's owner does not, and atime is not worth stalling a read
+	// for an operation timeout.
+	tctx, cancel := context.WithTimeout(ctx, atimeTimeout)
+	a, err := f.c.ns.TouchAtime(tctx, f.cred, oi.ino)
+	cancel()
 	f.c.dropAttrs(oi.ino)
 	oi.mu.Lock()
 	defer oi.mu.Unlock()
@@ -289,6 +294,9 @@ func (f *File) touchAtime(ctx context.Context) {
 	a.Atime = laterOf(a.Atime, now)
 	oi.learn(a)
 }
+
+// atimeTimeout bounds a read's atime update.
+const atimeTimeout = 2 * time.Second
 
 func laterOf(a, b time.Time) time.Time {
 	if a.After(b) {

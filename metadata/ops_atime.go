@@ -29,9 +29,9 @@ func (s *Service) touchAtime(ctx context.Context, r *request, q *wire.GetAttrReq
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
-	if st != wire.StatusOK {
-		return fail(st)
+	n := p.inodes[q.Ino]
+	if n == nil || (q.Gen != 0 && n.rec.Gen != q.Gen) {
+		return fail(status(syscall.ESTALE))
 	}
 	if !s.sessions.hasOpen(r.key, q.Ino) && !permits(&n.rec, r.cred, wire.AccessRead) {
 		return fail(status(syscall.EACCES))
@@ -43,11 +43,14 @@ func (s *Service) touchAtime(ctx context.Context, r *request, q *wire.GetAttrReq
 }
 
 // touchAtimeLocked sets n's atime to now when relatime's rule is due.
-// The caller holds p.mu exclusively. On a region short of space the
-// update is skipped: atime is not worth an ENOSPC.
+// The caller holds p.mu exclusively. The update never waits: an inode
+// that another protocol holds (pending, busy, locked by a rename) or that
+// is being freed keeps its atime, and so does one on a region short of
+// space. atime is not worth a stalled read or an ENOSPC.
 func (p *partition) touchAtimeLocked(n *inode) error {
 	now := wire.TimespecOf(p.svc.now())
-	if !wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, now) || n.rec.Flags&wire.InodeFreeing != 0 {
+	if !wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, now) || n.rec.Flags&wire.InodeFreeing != 0 ||
+		n.pending() || n.busy || p.inodeLocked(n.rec.Ino, wire.TxnID{}) {
 		return nil
 	}
 	if p.svc.roomFor(spaceChange) != wire.StatusOK {
@@ -61,11 +64,11 @@ func (p *partition) touchAtimeLocked(n *inode) error {
 // listedDir updates directory ino's atime after a listing, when
 // relatime's rule is due (the caller saw it due under p.mu shared and
 // released it). Errors are logged, not answered: the listing stands.
-func (p *partition) listedDir(ctx context.Context, ino uint64) {
+func (p *partition) listedDir(ino uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, ino, 0, wire.TxnID{})
-	if st != wire.StatusOK {
+	n := p.inodes[ino]
+	if n == nil {
 		return
 	}
 	if err := p.touchAtimeLocked(n); err != nil {

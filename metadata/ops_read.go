@@ -174,7 +174,7 @@ func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirReques
 		return fail(st)
 	}
 	if due {
-		p.listedDir(ctx, q.Ino)
+		p.listedDir(q.Ino)
 	}
 	return ok(rep)
 }
