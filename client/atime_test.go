@@ -219,4 +219,33 @@ func TestRelatimeClock(t *testing.T) {
 	if got := atime(d.Ino); !got.Equal(listed) {
 		t.Fatalf("an O_NOATIME listing moved atime to %v", got)
 	}
+
+	// OpenDir: the open and the first page in one request; atime moves
+	// when the page is read, not at the open.
+	if _, err := c.Mkdir(ctx, alice, d.Ino, "sub", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fc.advance(time.Second)
+	calls := fc.ns.count("opendir") + fc.ns.count("readdir")
+	dir, err = c.OpenDir(ctx, bob, d.Ino, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := atime(d.Ino); !got.Equal(listed) {
+		t.Fatalf("OpenDir moved atime to %v", got)
+	}
+	ents, eof, err := dir.ReadDirPage(ctx, 0, 0)
+	if err != nil || len(ents) != 1 || ents[0].Name != "sub" || !eof {
+		t.Fatalf("first page: %v %v %v", ents, eof, err)
+	}
+	if got := fc.ns.count("opendir") + fc.ns.count("readdir") - calls; got != 1 {
+		t.Fatalf("open and first page took %d requests, want 1", got)
+	}
+	if got, want := atime(d.Ino), fc.clock(); !got.Equal(want) {
+		t.Fatalf("directory atime %v after reading OpenDir's page, want %v", got, want)
+	}
+	dir.Close(ctx)
+	if _, err := c.OpenDir(ctx, bob, a.Ino, 0); err != syscall.ENOTDIR {
+		t.Fatalf("OpenDir of a file: %v, want ENOTDIR", err)
+	}
 }

@@ -60,6 +60,10 @@ type namespace interface {
 	// Release); O_TRUNC truncates a regular file, data included. It
 	// returns the attributes after the open.
 	Open(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error)
+	// OpenDir is Open(ino, O_RDONLY|O_DIRECTORY|flags) and the first page
+	// of the listing (at most max entries) in one request, without
+	// updating atime; flags may hold O_NOATIME.
+	OpenDir(ctx context.Context, cred Cred, ino uint64, flags int, max int) (Attr, []DirEntry, bool, error)
 	// Release ends one registered open of ino made with flags.
 	Release(ctx context.Context, ino uint64, flags int) error
 	// reclaim registers again, at an owner that restarted, an open this

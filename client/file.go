@@ -176,6 +176,17 @@ type File struct {
 	lockOwner uint64
 	locked    atomic.Bool
 	closed    atomic.Bool
+
+	// first is the first page of a directory's listing, answered with
+	// its open (OpenDir) and not yet read; guarded by firstMu.
+	firstMu sync.Mutex
+	first   *dirPage
+}
+
+// dirPage is a page of a listing and whether the listing ends with it.
+type dirPage struct {
+	ents []DirEntry
+	eof  bool
 }
 
 // Open opens inode ino with flags (O_RDONLY, O_WRONLY or O_RDWR, plus
@@ -197,6 +208,26 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 		c.dropAttrs(ino)
 	}
 	return c.newFile(cred, a, flags), nil
+}
+
+// OpenDir opens directory ino for listing with File.ReadDirPage (flags
+// may hold O_NOATIME), in one request that also fetches the first page:
+// the owner checks read permission and registers the open, so that the
+// directory, if removed, stays answerable (link count 0) until Close.
+func (c *Client) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int) (*File, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return nil, c.fail(ctx, "opendir", err)
+	}
+	flags = syscall.O_RDONLY | syscall.O_DIRECTORY | flags&syscall.O_NOATIME
+	a, ents, eof, err := c.ns.OpenDir(octx, cred, ino, flags, defaultReadDirBatch)
+	if err != nil {
+		return nil, c.fail(ctx, "opendir", err)
+	}
+	f := c.newFile(cred, a, flags)
+	f.first = &dirPage{ents: ents, eof: eof}
+	return f, nil
 }
 
 // newFile makes the File of an open the owner has registered.
@@ -492,6 +523,26 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 func (f *File) ReadDirPage(ctx context.Context, cookie uint64, max int) ([]DirEntry, bool, error) {
 	if f.closed.Load() {
 		return nil, false, syscall.EBADF
+	}
+	if max <= 0 {
+		max = defaultReadDirBatch
+	}
+	f.firstMu.Lock()
+	first := f.first
+	f.first = nil
+	f.firstMu.Unlock()
+	if first != nil && cookie == 0 && len(first.ents) <= max {
+		// The page came with the open, which left atime alone: the
+		// listing updates it now, when due (OpenDir's reply had the
+		// times).
+		if f.flags&syscall.O_NOATIME == 0 {
+			octx, cancel, err := f.c.op(ctx)
+			if err == nil {
+				f.touchAtime(octx)
+			}
+			cancel()
+		}
+		return first.ents, first.eof, nil
 	}
 	return f.c.readDirPage(ctx, f.cred, f.oi.ino, cookie, max, f.flags&syscall.O_NOATIME != 0)
 }

@@ -550,6 +550,13 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 	if !noAtime {
 		f.relatime(d)
 	}
+	out, eof := f.list(d, cookie, max)
+	return out, eof, nil
+}
+
+// list returns directory d's entries after cookie, at most max of them,
+// and whether they end the listing. f.mu is held.
+func (f *memNS) list(d *memNode, cookie uint64, max int) ([]DirEntry, bool) {
 	var out []DirEntry
 	for name, c := range d.cookies {
 		if c > cookie {
@@ -559,9 +566,30 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cookie < out[j].Cookie })
 	if len(out) > max {
-		return out[:max], false, nil
+		return out[:max], false
 	}
-	return out, true, nil
+	return out, true
+}
+
+func (f *memNS) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int, max int) (Attr, []DirEntry, bool, error) {
+	if err := f.enter(ctx, "opendir"); err != nil {
+		return Attr{}, nil, false, err
+	}
+	defer f.mu.Unlock()
+	n, err := f.node(ino)
+	switch {
+	case err != nil:
+		return Attr{}, nil, false, err
+	case !n.attr.IsDir():
+		return Attr{}, nil, false, syscall.ENOTDIR
+	case !may(cred, n.attr, 4):
+		return Attr{}, nil, false, syscall.EACCES
+	case flags&syscall.O_NOATIME != 0 && cred.UID != 0 && cred.UID != n.attr.UID:
+		return Attr{}, nil, false, syscall.EPERM
+	}
+	ents, eof := f.list(n, 0, max)
+	n.opens++
+	return n.attr, ents, eof, nil
 }
 
 // relatime sets n's atime to now when relatime's rule is due, as the

@@ -338,11 +338,12 @@ func (n *node) staleOpen(ctx context.Context, cred client.Cred) syscall.Errno {
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = detach(ctx)
-	// The open is registered with the directory's owner, which checks
-	// read permission (EACCES, ENOTDIR as Linux's opendir) and keeps a
-	// removed directory while it is open. Listing waits for the first
-	// readdir: opening a directory does not update its atime.
-	f, err := n.fsys.c.Open(ctx, n.cred(ctx), n.ino(), syscall.O_RDONLY|syscall.O_DIRECTORY|int(flags)&syscall.O_NOATIME)
+	// One request: the directory's owner checks read permission (EACCES
+	// and ENOTDIR as Linux's opendir), registers the open, so that a
+	// removed directory stays answerable while open, and answers the
+	// first page, which the first readdir returns (and updates atime
+	// then: opening a directory does not).
+	f, err := n.fsys.c.OpenDir(ctx, n.cred(ctx), n.ino(), int(flags))
 	if err != nil {
 		return nil, 0, n.fail("opendir", err)
 	}

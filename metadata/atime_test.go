@@ -123,3 +123,54 @@ func TestRelatime(t *testing.T) {
 	require.NotEqual(t, ctime, da.Ctime, "(the creation moved ctime)")
 	require.True(t, da.Ctime.Before(t8), "the listing did not")
 }
+
+// TestOpenDir: opendir in one request registers the open (a removed
+// directory then stays, with link count 0, until its release), answers
+// the first page and the attributes, and leaves atime alone.
+func TestOpenDir(t *testing.T) {
+	f := newFixture(t)
+	cl := f.cl
+	d := f.mkdir(rootIno, "d", 0o755, alice)
+	for _, name := range []string{"a", "b", "c"} {
+		f.file(d.Ino, name, 0o644, alice)
+	}
+	before := f.attr(d.Ino)
+	a, ents, eof, err := cl.OpenDir(bg, bob, d.Ino, d.Gen, 0, 0, 2)
+	require.NoError(t, err)
+	require.Equal(t, d.Ino, a.Ino)
+	require.Len(t, ents, 2)
+	require.False(t, eof)
+	require.Equal(t, before.Atime, f.attr(d.Ino).Atime, "opening a directory does not update atime")
+
+	file := f.lookup(d.Ino, "a")
+	for name, tc := range map[string]struct {
+		cred  wire.Cred
+		ino   uint64
+		flags uint32
+		want  syscall.Errno
+	}{
+		"not a directory":           {alice, file.Ino, 0, syscall.ENOTDIR},
+		"O_NOATIME by a non-owner":  {bob, d.Ino, wire.OpenNoAtime, syscall.EPERM},
+		"O_NOATIME by the owner":    {alice, d.Ino, wire.OpenNoAtime, 0},
+		"no read permission (0311)": {bob, f.mkdir(rootIno, "x", 0o311, alice).Ino, 0, syscall.EACCES},
+		"a stale generation":        {bob, rootIno, 0, 0},
+	} {
+		_, _, _, err := cl.OpenDir(bg, tc.cred, tc.ino, 0, tc.flags, 0, 0)
+		require.Equal(t, tc.want, errnoOf(t, err), name)
+	}
+
+	// Removed while open: answerable with link count 0, then freed at
+	// the last release.
+	for _, name := range []string{"a", "b", "c"} {
+		require.NoError(t, cl.Unlink(bg, alice, d.Ino, name, 0))
+	}
+	require.NoError(t, cl.Rmdir(bg, root, rootIno, "d", 0))
+	got, err := cl.GetAttr(bg, root, d.Ino, d.Gen)
+	require.NoError(t, err, "an open directory survives its removal")
+	require.Equal(t, uint32(0), got.Nlink)
+	require.True(t, got.IsDir())
+	require.NoError(t, cl.Release(bg, d.Ino, wire.OpenReadOnly|wire.OpenDirectory))
+	require.NoError(t, cl.Release(bg, d.Ino, wire.OpenReadOnly|wire.OpenDirectory), "the owner's O_NOATIME open")
+	_, err = cl.GetAttr(bg, root, d.Ino, d.Gen)
+	require.Equal(t, syscall.ESTALE, errnoOf(t, err), "freed at the last release")
+}

@@ -196,6 +196,8 @@ func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) resu
 		return s.access(ctx, r, q)
 	case *wire.OpenRequest:
 		return s.open(ctx, r, q)
+	case *wire.OpenDirRequest:
+		return s.openDir(ctx, r, q)
 	case *wire.ReleaseRequest:
 		return s.release(ctx, r, q)
 	case *wire.WriteCommitRequest:

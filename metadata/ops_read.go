@@ -192,16 +192,26 @@ func (s *Service) readdirShared(ctx context.Context, p *partition, r *request, q
 	if !permits(&n.rec, r.cred, wire.AccessRead) {
 		return nil, false, status(syscall.EACCES)
 	}
-	budget := int(q.MaxBytes)
+	rep := s.listPage(n, q.Cookie, q.MaxBytes, q.MaxEntries)
+	due := q.Flags&wire.ReadDirNoAtime == 0 &&
+		wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, wire.TimespecOf(s.now()))
+	return rep, due, wire.StatusOK
+}
+
+// listPage lists directory n's entries after cookie, at most maxEntries
+// of them (0: no count limit) in about maxBytes of reply (0: the
+// service's default). The caller holds p.mu.
+func (s *Service) listPage(n *inode, cookie uint64, maxBytes, maxEntries uint32) *wire.ReadDirReply {
+	budget := int(maxBytes)
 	if budget == 0 {
 		budget = int(s.cfg.ReadDirBytes)
 	}
 	budget = min(budget, maxReadDirBytes)
 	rep := &wire.ReadDirReply{EOF: true}
 	used := 8
-	n.dir.after(q.Cookie, func(e *dentry) bool {
+	n.dir.after(cookie, func(e *dentry) bool {
 		size := 22 + len(e.name)
-		if (q.MaxEntries != 0 && len(rep.Entries) >= int(q.MaxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
+		if (maxEntries != 0 && len(rep.Entries) >= int(maxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
 			rep.EOF = false
 			return false
 		}
@@ -209,9 +219,7 @@ func (s *Service) readdirShared(ctx context.Context, p *partition, r *request, q
 		rep.Entries = append(rep.Entries, wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie})
 		return true
 	})
-	due := q.Flags&wire.ReadDirNoAtime == 0 &&
-		wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, wire.TimespecOf(s.now()))
-	return rep, due, wire.StatusOK
+	return rep
 }
 
 func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest) result {

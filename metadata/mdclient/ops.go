@@ -199,6 +199,17 @@ func (c *Client) ReadDirFlags(ctx context.Context, cred wire.Cred, ino, cookie u
 	return r.Entries, r.EOF, err
 }
 
+// OpenDir opens directory ino for a listing: the owner checks read
+// permission, registers the open (end it with Release and flags
+// O_RDONLY|O_DIRECTORY) and answers the attributes and the first page
+// of entries (bounded as ReadDir's). flags may hold O_NOATIME.
+func (c *Client) OpenDir(ctx context.Context, cred wire.Cred, ino, gen uint64, flags, maxBytes, maxEntries uint32) (wire.Attr, []wire.DirEntry, bool, error) {
+	var r wire.OpenDirReply
+	err := c.call(ctx, wire.OpOpenDir, cred, partitionOf(ino),
+		&wire.OpenDirRequest{Ino: ino, Gen: gen, Flags: flags, MaxBytes: maxBytes, MaxEntries: maxEntries}, &r, nil)
+	return r.Attr, r.Page.Entries, r.Page.EOF, err
+}
+
 // TouchAtime tells ino's owner that the caller read the file's data: the
 // owner updates atime if relatime's rule is due, and answers the
 // attributes.

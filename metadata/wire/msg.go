@@ -171,6 +171,8 @@ func NewRequest(op Op) Body {
 		return &AccessRequest{}
 	case OpOpen:
 		return &OpenRequest{}
+	case OpOpenDir:
+		return &OpenDirRequest{}
 	case OpRelease:
 		return &ReleaseRequest{}
 	case OpWriteCommit:
@@ -217,6 +219,8 @@ func NewReply(op Op) Body {
 		return &ListXattrReply{}
 	case OpGetLk:
 		return &LockReply{}
+	case OpOpenDir:
+		return &OpenDirReply{}
 	case OpKeepAlive:
 		return &KeepAliveReply{}
 	case OpEntryAdd:
@@ -830,6 +834,53 @@ func (r *OpenRequest) decode(d *codec.Decoder) {
 	r.Gen = d.U64()
 	r.Flags = d.U32()
 	r.Reclaim = d.Bool()
+}
+
+// OpenDirRequest opens directory Ino for a listing (OpOpenDir). Flags
+// may hold OpenNoAtime only (the owner's privilege, EPERM otherwise);
+// MaxBytes and MaxEntries bound the first page as ReadDirRequest's do.
+type OpenDirRequest struct {
+	Ino        uint64
+	Gen        uint64
+	Flags      uint32
+	MaxBytes   uint32
+	MaxEntries uint32
+}
+
+func (r *OpenDirRequest) encode(e *codec.Encoder) {
+	e.U64(r.Ino)
+	e.U64(r.Gen)
+	e.U32(r.Flags)
+	e.U32(r.MaxBytes)
+	e.U32(r.MaxEntries)
+}
+
+func (r *OpenDirRequest) decode(d *codec.Decoder) {
+	r.Ino = d.U64()
+	r.Gen = d.U64()
+	r.Flags = d.U32()
+	r.MaxBytes = d.U32()
+	r.MaxEntries = d.U32()
+	if d.Err() == nil && r.Flags&^OpenNoAtime != 0 {
+		d.Fail("opendir flags %#x", r.Flags)
+	}
+}
+
+// OpenDirReply is the opened directory's attributes and the first page
+// of its listing (from cookie 0).
+type OpenDirReply struct {
+	Attr Attr
+	Page ReadDirReply
+}
+
+func (r *OpenDirReply) encode(e *codec.Encoder) {
+	r.Attr.encode(e)
+	r.Page.encode(e)
+}
+
+func (r *OpenDirReply) decode(d *codec.Decoder) {
+	r.Attr.decode(d)
+	r.Page.decode(d)
 }
 
 // ReleaseRequest ends one registered open of Ino with Flags.

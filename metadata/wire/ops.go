@@ -55,6 +55,12 @@ const (
 	// caller that may read the file, or holds it open, may ask; it never
 	// changes ctime. Ino's owner.
 	OpTouchAtime Op = 0x011a
+	// OpOpenDir is opendir in one request: it registers an open of
+	// directory Ino (as OpOpen with O_RDONLY|O_DIRECTORY, released by
+	// OpRelease) and answers its attributes and the first page of its
+	// listing, without updating atime (the client does that when the
+	// program reads the page). Ino's owner.
+	OpOpenDir Op = 0x011b
 )
 
 // Node-to-node ops of the collect-dispatch protocols (docs/metadata.md).
@@ -85,7 +91,7 @@ var (
 	ClientOps = []Op{OpNull, OpLookup, OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink,
 		OpUnlink, OpRmdir, OpRename, OpReadlink, OpReadDir, OpStatFS, OpGetXattr, OpSetXattr,
 		OpListXattr, OpRemoveXattr, OpAccess, OpOpen, OpRelease, OpWriteCommit, OpGetLk, OpSetLk,
-		OpKeepAlive, OpTmpfile, OpTouchAtime}
+		OpKeepAlive, OpTmpfile, OpTouchAtime, OpOpenDir}
 	PeerOps = []Op{OpEntryAdd, OpEntryRemove, OpTxLock, OpTxApply, OpTxAbort, OpTxStatus, OpGetParent}
 )
 
@@ -96,7 +102,7 @@ var opNames = map[Op]string{
 	OpReadDir: "readdir", OpStatFS: "statfs", OpGetXattr: "getxattr", OpSetXattr: "setxattr",
 	OpListXattr: "listxattr", OpRemoveXattr: "removexattr", OpAccess: "access", OpOpen: "open",
 	OpRelease: "release", OpWriteCommit: "writecommit", OpGetLk: "getlk", OpSetLk: "setlk",
-	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile", OpTouchAtime: "touch-atime",
+	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile", OpTouchAtime: "touch-atime", OpOpenDir: "opendir",
 	OpEntryAdd: "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
 	OpTxApply: "tx-apply", OpTxAbort: "tx-abort", OpTxStatus: "tx-status", OpGetParent: "get-parent",
 }
@@ -113,7 +119,7 @@ func (o Op) String() string {
 func (o Op) Mutating() bool {
 	switch o {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename,
-		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile:
+		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile, OpOpenDir:
 		return true
 	}
 	return false

@@ -47,6 +47,7 @@ func sampleRequests() map[string]struct {
 		"readdir":         {OpReadDir, &ReadDirRequest{Ino: 1, Cookie: 17, MaxBytes: 4096, MaxEntries: 10}},
 		"readdir noatime": {OpReadDir, &ReadDirRequest{Ino: 1, Cookie: 17, MaxBytes: 4096, MaxEntries: 10, Flags: ReadDirNoAtime}},
 		"touch-atime":     {OpTouchAtime, &GetAttrRequest{Ino: 2, Gen: 3}},
+		"opendir":         {OpOpenDir, &OpenDirRequest{Ino: 1, Gen: 2, Flags: OpenNoAtime, MaxBytes: 4096, MaxEntries: 512}},
 		"statfs":          {OpStatFS, &Empty{}},
 		"getxattr":        {OpGetXattr, &GetXattrRequest{Ino: 1, Name: "user.a", Size: 10}},
 		"setxattr":        {OpSetXattr, &SetXattrRequest{Ino: 1, Name: "user.a", Value: []byte("v"), Flags: XattrCreate}},
@@ -116,6 +117,8 @@ func sampleReplies() map[string]struct {
 		"readdir": {OpReadDir, &ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3},
 			{Name: "bb", Ino: 4, Type: ModeRegular, Cookie: 9}}, EOF: true}},
 		"readdir empty": {OpReadDir, &ReadDirReply{EOF: true}},
+		"opendir":       {OpOpenDir, &OpenDirReply{Attr: sampleAttr, Page: ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3}}}}},
+		"opendir empty": {OpOpenDir, &OpenDirReply{Attr: sampleAttr, Page: ReadDirReply{EOF: true}}},
 		"statfs":        {OpStatFS, &StatFSReply{Bsize: 4096, Blocks: 100, Bfree: 50, Bavail: 50, Files: 10, Ffree: 5, NameLen: 255}},
 		"getxattr":      {OpGetXattr, &GetXattrReply{Value: []byte{0, 1, 2}}},
 		"listxattr":     {OpListXattr, &ListXattrReply{Names: []string{"user.a", "user.b"}}},
@@ -224,6 +227,7 @@ func TestRefused(t *testing.T) {
 		"bad lock range":                EncodeRequest(OpSetLk, &h, &LockRequest{Lock: Lock{Start: 5, End: 4}}),
 		"readdir flags present as zero": zeroFlags,
 		"unknown readdir flags":         EncodeRequest(OpReadDir, &h, &ReadDirRequest{Ino: 1, Flags: 2}),
+		"opendir flags":                 EncodeRequest(OpOpenDir, &h, &OpenDirRequest{Ino: 1, Flags: OpenWriteOnly}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, _, err := DecodeRequest(b)
