@@ -55,9 +55,10 @@ type openInode struct {
 	// count until their commit, so that reads between writes send
 	// nothing.
 	atime, mtime0, ctime time.Time
-	// touching is set while a read asks the owner to update atime, so
-	// that concurrent reads do not ask too.
-	touching bool
+	// touching is closed when the atime update a read is asking for
+	// ends (nil when none is under way): concurrent reads wait for it
+	// instead of asking too, so that none returns before the update.
+	touching chan struct{}
 }
 
 // learn records the owner's times of the inode. oi.mu is held.
@@ -69,7 +70,7 @@ func (oi *openInode) learn(a Attr) {
 // update atime, by relatime's rule on the times this client knows.
 // oi.mu is held.
 func (oi *openInode) relatimeDue(now time.Time) bool {
-	return !oi.touching && wire.RelatimeDue(wire.TimespecOf(oi.atime), wire.TimespecOf(oi.mtime0),
+	return wire.RelatimeDue(wire.TimespecOf(oi.atime), wire.TimespecOf(oi.mtime0),
 		wire.TimespecOf(oi.ctime), wire.TimespecOf(now))
 }
 
@@ -304,7 +305,16 @@ func (f *File) touchAtime(ctx context.Context) {
 		oi.mu.Unlock()
 		return
 	}
-	oi.touching = true
+	if wait := oi.touching; wait != nil {
+		oi.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return
+	}
+	done := make(chan struct{})
+	oi.touching = done
 	oi.mu.Unlock()
 	// Bounded apart from the read: data nodes may answer while the
 	// inode's owner does not, and atime is not worth stalling a read
@@ -315,7 +325,8 @@ func (f *File) touchAtime(ctx context.Context) {
 	f.c.dropAttrs(oi.ino)
 	oi.mu.Lock()
 	defer oi.mu.Unlock()
-	oi.touching = false
+	oi.touching = nil
+	defer close(done)
 	if err != nil {
 		f.c.log.Debug("atime update failed", "ino", oi.ino, "err", err)
 		a = Attr{Atime: now, Mtime: oi.mtime0, Ctime: oi.ctime}
