@@ -41,8 +41,13 @@ type namespace interface {
 	Readlink(ctx context.Context, cred Cred, ino uint64) (string, error)
 	// ReadDir returns entries after cookie (0: from the start), at most
 	// max of them, without "." and "..", and whether the listing ends
-	// with them.
-	ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error)
+	// with them. The owner updates the directory's atime by relatime's
+	// rule unless noAtime.
+	ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error)
+	// TouchAtime records a read of ino's data by cred, which the owner
+	// never sees otherwise: it sets atime to its clock if relatime's
+	// rule is due, and returns the attributes.
+	TouchAtime(ctx context.Context, cred Cred, ino uint64) (Attr, error)
 	GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error)
 	ListXattr(ctx context.Context, cred Cred, ino uint64) ([]string, error)
 	SetXattr(ctx context.Context, cred Cred, ino uint64, name string, value []byte, flags int) error
@@ -55,6 +60,10 @@ type namespace interface {
 	// Release); O_TRUNC truncates a regular file, data included. It
 	// returns the attributes after the open.
 	Open(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error)
+	// OpenDir is Open(ino, O_RDONLY|O_DIRECTORY|flags) and the first page
+	// of the listing (at most max entries) in one request, without
+	// updating atime; flags may hold O_NOATIME.
+	OpenDir(ctx context.Context, cred Cred, ino uint64, flags int, max int) (Attr, []DirEntry, bool, error)
 	// Release ends one registered open of ino made with flags.
 	Release(ctx context.Context, ino uint64, flags int) error
 	// reclaim registers again, at an owner that restarted, an open this

@@ -48,6 +48,13 @@
 //   - Opening an inode that this client had no File of drops the data
 //     engine's cached extents of it, so the open sees what other clients
 //     closed.
+//   - A read asks the inode's owner to update atime (OpTouchAtime) only
+//     when relatime's rule is due on the owner's times this client last
+//     learnt (at open, commit, getattr, setattr, or the last update):
+//     once per commit of the file or per day, never per read, never for
+//     an O_NOATIME File. The owner applies the rule again. A listing's
+//     first page, which comes with OpenDir, is checked the same way when
+//     it is read; later pages' readdir requests leave it to the owner.
 //   - The library caches nothing across calls by default but the cluster
 //     map and the data engine's extent leases (Config.Cache turns on entry
 //     and attribute caches with a TTL); it never caches file bytes.

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/octofs/octofs/metadata/wire"
 )
 
 // openTable holds the inodes this client has open. Everything the client
@@ -48,6 +50,30 @@ type openInode struct {
 	files map[*File]struct{}
 	// cred of the last writer, for the commit.
 	cred Cred
+	// atime, mtime and ctime are the owner's, as this client last
+	// learnt them (open, commit, getattr, setattr, an atime update):
+	// what relatime's rule is applied to before a read asks the owner
+	// to update atime. This client's own uncommitted writes do not
+	// count until their commit, so that reads between writes send
+	// nothing.
+	atime, mtime0, ctime time.Time
+	// touching is closed when the atime update a read is asking for
+	// ends (nil when none is under way): concurrent reads wait for it
+	// instead of asking too, so that none returns before the update.
+	touching chan struct{}
+}
+
+// learn records the owner's times of the inode. oi.mu is held.
+func (oi *openInode) learn(a Attr) {
+	oi.atime, oi.mtime0, oi.ctime = a.Atime, a.Mtime, a.Ctime
+}
+
+// relatimeDue reports whether a read at now should ask the owner to
+// update atime, by relatime's rule on the times this client knows.
+// oi.mu is held.
+func (oi *openInode) relatimeDue(now time.Time) bool {
+	return wire.RelatimeDue(wire.TimespecOf(oi.atime), wire.TimespecOf(oi.mtime0),
+		wire.TimespecOf(oi.ctime), wire.TimespecOf(now))
 }
 
 // acquire registers f, an open of the inode whose open returned a. It
@@ -72,6 +98,7 @@ func (t *openTable) acquire(a Attr, f *File) (*openInode, bool) {
 	} else {
 		oi.size = a.Size
 	}
+	oi.learn(a)
 	oi.mu.Unlock()
 	return oi, !ok
 }
@@ -129,6 +156,7 @@ func (t *openTable) overlay(a Attr) Attr {
 	}
 	oi.mu.Lock()
 	defer oi.mu.Unlock()
+	oi.learn(a)
 	if oi.dirty {
 		a.Size = max(a.Size, oi.size)
 		if oi.mtime.After(a.Mtime) {
@@ -151,6 +179,17 @@ type File struct {
 	lockOwner uint64
 	locked    atomic.Bool
 	closed    atomic.Bool
+
+	// first is the first page of a directory's listing, answered with
+	// its open (OpenDir) and not yet read; guarded by firstMu.
+	firstMu sync.Mutex
+	first   *dirPage
+}
+
+// dirPage is a page of a listing and whether the listing ends with it.
+type dirPage struct {
+	ents []DirEntry
+	eof  bool
 }
 
 // Open opens inode ino with flags (O_RDONLY, O_WRONLY or O_RDWR, plus
@@ -172,6 +211,26 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 		c.dropAttrs(ino)
 	}
 	return c.newFile(cred, a, flags), nil
+}
+
+// OpenDir opens directory ino for listing with File.ReadDirPage (flags
+// may hold O_NOATIME), in one request that also fetches the first page:
+// the owner checks read permission and registers the open, so that the
+// directory, if removed, stays answerable (link count 0) until Close.
+func (c *Client) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int) (*File, error) {
+	octx, cancel, err := c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return nil, c.fail(ctx, "opendir", err)
+	}
+	flags = syscall.O_RDONLY | syscall.O_DIRECTORY | flags&syscall.O_NOATIME
+	a, ents, eof, err := c.ns.OpenDir(octx, cred, ino, flags, defaultReadDirBatch)
+	if err != nil {
+		return nil, c.fail(ctx, "opendir", err)
+	}
+	f := c.newFile(cred, a, flags)
+	f.first = &dirPage{ents: ents, eof: eof}
+	return f, nil
 }
 
 // newFile makes the File of an open the owner has registered.
@@ -234,7 +293,68 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if err != nil {
 		return 0, f.c.fail(ctx, "read", err)
 	}
+	if f.flags&syscall.O_NOATIME == 0 {
+		f.touchAtime(octx)
+	}
 	return n, nil
+}
+
+// touchAtime asks the owner to update atime after a read, when
+// relatime's rule is due on the times this client knows: in steady state
+// once per modification of the file or once a day, never per read. The
+// owner applies the rule again with its own times. A failure is logged
+// and not retried until the times change: atime is not worth failing a
+// read for, nor an RPC per read. The request is made before the read
+// returns, so that a stat after the read (the kernel asks for attributes
+// again after a read) sees the new atime, as on a local file system.
+func (f *File) touchAtime(ctx context.Context) {
+	oi := f.oi
+	now := f.c.cfg.Now()
+	oi.mu.Lock()
+	if !oi.relatimeDue(now) {
+		oi.mu.Unlock()
+		return
+	}
+	if wait := oi.touching; wait != nil {
+		oi.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+		return
+	}
+	done := make(chan struct{})
+	oi.touching = done
+	oi.mu.Unlock()
+	// Bounded apart from the read: data nodes may answer while the
+	// inode's owner does not, and atime is not worth stalling a read
+	// for an operation timeout.
+	tctx, cancel := context.WithTimeout(ctx, atimeTimeout)
+	a, err := f.c.ns.TouchAtime(tctx, f.cred, oi.ino)
+	cancel()
+	f.c.dropAttrs(oi.ino)
+	oi.mu.Lock()
+	defer oi.mu.Unlock()
+	oi.touching = nil
+	defer close(done)
+	if err != nil {
+		f.c.log.Debug("atime update failed", "ino", oi.ino, "err", err)
+		a = Attr{Atime: now, Mtime: oi.mtime0, Ctime: oi.ctime}
+	}
+	// Not due any more until the owner's times say otherwise, whatever
+	// the owner decided (its clock may be behind this client's).
+	a.Atime = laterOf(a.Atime, now)
+	oi.learn(a)
+}
+
+// atimeTimeout bounds a read's atime update.
+const atimeTimeout = 2 * time.Second
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // WriteAt writes p at off, or at the end of the file as the owner knows it
@@ -378,6 +498,7 @@ func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
 	}
 	oi.dirty = false
 	oi.size = a.Size
+	oi.learn(a)
 	c.attrs.put(oi.ino, a)
 	return nil
 }
@@ -432,6 +553,37 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 		f.wrote(0)
 	}
 	return nil
+}
+
+// ReadDirPage lists the directory this File opened (Open with
+// O_DIRECTORY) after cookie, as Client.ReadDirPage does, with the
+// File's credentials. The listing updates the directory's atime by
+// relatime's rule, unless the File was opened with O_NOATIME.
+func (f *File) ReadDirPage(ctx context.Context, cookie uint64, max int) ([]DirEntry, bool, error) {
+	if f.closed.Load() {
+		return nil, false, syscall.EBADF
+	}
+	if max <= 0 {
+		max = defaultReadDirBatch
+	}
+	f.firstMu.Lock()
+	first := f.first
+	f.first = nil
+	f.firstMu.Unlock()
+	if first != nil && cookie == 0 && len(first.ents) <= max {
+		// The page came with the open, which left atime alone: the
+		// listing updates it now, when due (OpenDir's reply had the
+		// times).
+		if f.flags&syscall.O_NOATIME == 0 {
+			octx, cancel, err := f.c.op(ctx)
+			if err == nil {
+				f.touchAtime(octx)
+			}
+			cancel()
+		}
+		return first.ents, first.eof, nil
+	}
+	return f.c.readDirPage(ctx, f.cred, f.oi.ino, cookie, max, f.flags&syscall.O_NOATIME != 0)
 }
 
 // Attr returns the file's attributes with this client's unflushed writes.

@@ -406,6 +406,10 @@ func (c *Client) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max
 // ReadDirPage is ReadDir that also reports whether the listing ends with
 // this page, which saves the request that would return nothing.
 func (c *Client) ReadDirPage(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
+	return c.readDirPage(ctx, cred, ino, cookie, max, false)
+}
+
+func (c *Client) readDirPage(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error) {
 	if max <= 0 {
 		max = defaultReadDirBatch
 	}
@@ -414,9 +418,13 @@ func (c *Client) ReadDirPage(ctx context.Context, cred Cred, ino, cookie uint64,
 	if err != nil {
 		return nil, false, c.fail(ctx, "readdir", err)
 	}
-	ents, eof, err := c.ns.ReadDir(octx, cred, ino, cookie, max)
+	ents, eof, err := c.ns.ReadDir(octx, cred, ino, cookie, max, noAtime)
 	if err != nil {
 		return nil, false, c.fail(ctx, "readdir", err)
+	}
+	if !noAtime {
+		// The listing may have moved the directory's atime.
+		c.dropAttrs(ino)
 	}
 	return ents, eof, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/wire"
 )
 
 // Memory is an in-memory octofs cluster in this process: one namespace and
@@ -537,7 +538,7 @@ func (f *memNS) Readlink(ctx context.Context, cred Cred, ino uint64) (string, er
 	return n.target, nil
 }
 
-func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
+func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error) {
 	if err := f.enter(ctx, "readdir"); err != nil {
 		return nil, false, err
 	}
@@ -546,6 +547,16 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 	if err != nil {
 		return nil, false, err
 	}
+	if !noAtime {
+		f.relatime(d)
+	}
+	out, eof := f.list(d, cookie, max)
+	return out, eof, nil
+}
+
+// list returns directory d's entries after cookie, at most max of them,
+// and whether they end the listing. f.mu is held.
+func (f *memNS) list(d *memNode, cookie uint64, max int) ([]DirEntry, bool) {
 	var out []DirEntry
 	for name, c := range d.cookies {
 		if c > cookie {
@@ -555,9 +566,56 @@ func (f *memNS) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max 
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cookie < out[j].Cookie })
 	if len(out) > max {
-		return out[:max], false, nil
+		return out[:max], false
 	}
-	return out, true, nil
+	return out, true
+}
+
+func (f *memNS) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int, max int) (Attr, []DirEntry, bool, error) {
+	if err := f.enter(ctx, "opendir"); err != nil {
+		return Attr{}, nil, false, err
+	}
+	defer f.mu.Unlock()
+	n, err := f.node(ino)
+	switch {
+	case err != nil:
+		return Attr{}, nil, false, err
+	case !n.attr.IsDir():
+		return Attr{}, nil, false, syscall.ENOTDIR
+	case !may(cred, n.attr, 4):
+		return Attr{}, nil, false, syscall.EACCES
+	case flags&syscall.O_NOATIME != 0 && cred.UID != 0 && cred.UID != n.attr.UID:
+		return Attr{}, nil, false, syscall.EPERM
+	}
+	ents, eof := f.list(n, 0, max)
+	n.opens++
+	return n.attr, ents, eof, nil
+}
+
+// relatime sets n's atime to now when relatime's rule is due, as the
+// real service does for listings and OpTouchAtime.
+func (f *memNS) relatime(n *memNode) {
+	now := f.now()
+	a := &n.attr
+	if wire.RelatimeDue(wire.TimespecOf(a.Atime), wire.TimespecOf(a.Mtime), wire.TimespecOf(a.Ctime), wire.TimespecOf(now)) {
+		a.Atime = now
+	}
+}
+
+func (f *memNS) TouchAtime(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
+	if err := f.enter(ctx, "touch-atime"); err != nil {
+		return Attr{}, err
+	}
+	defer f.mu.Unlock()
+	n, err := f.node(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if n.opens == 0 && !may(cred, n.attr, 4) {
+		return Attr{}, syscall.EACCES
+	}
+	f.relatime(n)
+	return n.attr, nil
 }
 
 func (f *memNS) GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error) {

@@ -389,16 +389,29 @@ func (n mdNamespace) Readlink(ctx context.Context, cred Cred, ino uint64) (strin
 	return n.md.Readlink(ctx, wireCred(cred), ino)
 }
 
-func (n mdNamespace) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
-	ents, eof, err := n.md.ReadDir(ctx, wireCred(cred), ino, cookie, 0, uint32(max))
+func (n mdNamespace) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error) {
+	var flags uint32
+	if noAtime {
+		flags = wire.ReadDirNoAtime
+	}
+	ents, eof, err := n.md.ReadDirFlags(ctx, wireCred(cred), ino, cookie, 0, uint32(max), flags)
 	if err != nil {
 		return nil, false, err
 	}
+	return dirEntries(ents), eof, nil
+}
+
+func dirEntries(ents []wire.DirEntry) []DirEntry {
 	out := make([]DirEntry, len(ents))
 	for i, e := range ents {
 		out[i] = DirEntry{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie}
 	}
-	return out, eof, nil
+	return out
+}
+
+func (n mdNamespace) TouchAtime(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
+	a, err := n.md.TouchAtime(ctx, wireCred(cred), ino, 0)
+	return fromWire(a), err
 }
 
 func (n mdNamespace) GetXattr(ctx context.Context, cred Cred, ino uint64, name string) ([]byte, error) {
@@ -448,6 +461,14 @@ const statfsBlock = 4096
 func (n mdNamespace) Open(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error) {
 	a, err := n.md.Open(ctx, wireCred(cred), ino, 0, uint32(flags), false)
 	return fromWire(a), err
+}
+
+func (n mdNamespace) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int, max int) (Attr, []DirEntry, bool, error) {
+	a, ents, eof, err := n.md.OpenDir(ctx, wireCred(cred), ino, 0, uint32(flags&syscall.O_NOATIME), 0, uint32(max))
+	if err != nil {
+		return Attr{}, nil, false, err
+	}
+	return fromWire(a), dirEntries(ents), eof, nil
 }
 
 func (n mdNamespace) reclaim(ctx context.Context, cred Cred, ino uint64, flags int) (Attr, error) {

@@ -16,8 +16,10 @@ import (
 // whose server cookie is cookie, so seekdir to any offset handed out
 // resumes exactly there, however the directory changed meanwhile.
 type dirHandle struct {
-	n    *node
-	cred client.Cred
+	n *node
+	// f is the directory's open, registered with its owner so that a
+	// removed directory stays answerable (fstat: nlink 0) until closed.
+	f *client.File
 
 	mu   sync.Mutex
 	pos  uint64 // offset of the next entry to return: 0 ".", 1 "..", else 2+cookie of the last returned
@@ -42,7 +44,7 @@ func (d *dirHandle) fill(ctx context.Context) error {
 	if d.pos > 2 {
 		cookie = d.pos - 2
 	}
-	ents, eof, err := d.n.fsys.c.ReadDirPage(ctx, d.cred, d.n.ino(), cookie, dirPage)
+	ents, eof, err := d.f.ReadDirPage(ctx, cookie, dirPage)
 	if err != nil {
 		return err
 	}
@@ -94,7 +96,9 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return 0
 }
 
-func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {}
+func (d *dirHandle) Releasedir(ctx context.Context, releaseFlags uint32) {
+	d.f.Close(detach(ctx))
+}
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	// Namespace operations are durable when they return.

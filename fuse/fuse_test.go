@@ -9,8 +9,9 @@ import (
 )
 
 // posixtestSkips are the go-fuse posixtest cases a mount is not expected to
-// pass, with the reason. (posixtest itself skips RenameOpenDir when fstat
-// of a directory renamed over fails; the test log says so.)
+// pass, with the reason. (posixtest itself would skip RenameOpenDir if
+// fstat of a directory renamed over failed; it passes since the mount
+// registers directory opens with the cluster.)
 var posixtestSkips = map[string]string{
 	// The case takes a write lock through one descriptor and expects a
 	// read lock through a second descriptor of the same process to fail.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -182,4 +183,87 @@ func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
 	if ents, err := os.ReadDir(d); err != nil || len(ents) != 0 {
 		t.Fatalf("directory after removing everything: %v, %v", ents, err)
 	}
+}
+
+// TestReadsUpdateAtimeOnce: a read through the mount updates atime
+// (relatime) and a stat right after it shows the new atime, though the
+// kernel cached the attributes before the read; then a loop of
+// open-read-close costs no atime RPC at all: one per modification (or
+// day), never one per read. A listing is opendir (the open and the first
+// page in one RPC) and the release; its atime update is one more RPC
+// only when due.
+func TestReadsUpdateAtimeOnce(t *testing.T) {
+	f := clusterFixture(t)
+	c := f.newClient(t)
+	dir := mountPoint(t)
+	srv, err := Mount(dir, c, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		unmountBounded(srv, 10*time.Second)
+		c.Close()
+	})
+	d := subdir(t, dir, "atime")
+	p := filepath.Join(d, "f")
+	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stat := func(p string) (atime, mtime time.Time) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(st.Atim.Unix()), time.Unix(st.Mtim.Unix())
+	}
+	a0, m0 := stat(p) // now in the kernel's attribute cache
+	if a0.After(m0) {
+		t.Fatalf("a new file's atime %v is after its mtime %v", a0, m0)
+	}
+	before := c.Stats().RPCs
+	const loops = 50
+	for i := range loops {
+		b, err := os.ReadFile(p)
+		if err != nil || string(b) != "abc" {
+			t.Fatalf("read %d: %q, %v", i, b, err)
+		}
+		if i == 0 {
+			if a, m := stat(p); !a.After(m) {
+				t.Fatalf("a stat right after the first read shows atime %v, not after mtime %v", a, m)
+			}
+		}
+	}
+	after := c.Stats().RPCs
+	if got := after["touch-atime"] - before["touch-atime"]; got != 1 {
+		t.Errorf("%d open-read-close loops sent %d atime updates, want 1", loops, got)
+	}
+	var total uint64
+	for op, n := range after {
+		total += n - before[op]
+	}
+	t.Logf("%d open-read-close loops: %d RPCs (%.2f per loop; %d touch-atime)", loops, total, float64(total)/loops,
+		after["touch-atime"]-before["touch-atime"])
+
+	da0, _ := stat(d)
+	before = c.Stats().RPCs
+	for range loops {
+		if _, err := os.ReadDir(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after = c.Stats().RPCs
+	if da, dm := stat(d); !da.After(dm) || !da.After(da0) {
+		t.Fatalf("directory atime %v after listings (before %v, mtime %v)", da, da0, dm)
+	}
+	total = 0
+	for op, n := range after {
+		total += n - before[op]
+	}
+	if got := after["touch-atime"] - before["touch-atime"]; got != 1 {
+		t.Errorf("%d listings of a directory changed before the first sent %d atime updates, want 1", loops, got)
+	}
+	t.Logf("%d listings: %d RPCs (%.2f per listing: %d opendir, %d readdir, %d release, %d touch-atime)", loops, total,
+		float64(total)/loops, after["opendir"]-before["opendir"], after["readdir"]-before["readdir"],
+		after["release"]-before["release"], after["touch-atime"]-before["touch-atime"])
 }

@@ -338,14 +338,16 @@ func (n *node) staleOpen(ctx context.Context, cred client.Cred) syscall.Errno {
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = detach(ctx)
-	d := &dirHandle{n: n, cred: n.cred(ctx)}
-	// Reading the first page now makes opendir fail as Linux's does
-	// (EACCES without read permission, ENOTDIR) instead of the first
-	// readdir.
-	if err := d.fill(ctx); err != nil {
+	// One request: the directory's owner checks read permission (EACCES
+	// and ENOTDIR as Linux's opendir), registers the open, so that a
+	// removed directory stays answerable while open, and answers the
+	// first page, which the first readdir returns (and updates atime
+	// then: opening a directory does not).
+	f, err := n.fsys.c.OpenDir(ctx, n.cred(ctx), n.ino(), int(flags))
+	if err != nil {
 		return nil, 0, n.fail("opendir", err)
 	}
-	return d, 0, 0
+	return &dirHandle{n: n, f: f}, 0, 0
 }
 
 // Statfs answers from the last answer while it is younger than the

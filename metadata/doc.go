@@ -45,6 +45,10 @@
 //   - A directory marked dead (rmdir in progress or done) takes no new
 //     entry; a pending inode (creation not confirmed) is invisible to
 //     getattr until committed (callers wait).
+//   - atime moves only explicitly (setattr) or by relatime's rule applied
+//     by the owner with its own clock (OpTouchAtime, readdir), never
+//     beyond the owner's now and never with ctime: a client that asks
+//     for updates can only make them happen as Linux would.
 //   - A rename lock is released only by the transaction's apply, by its
 //     abort, or when its coordinator answers that the transaction was
 //     aborted (never decided and not in progress) — never by a timeout.

@@ -163,6 +163,9 @@ func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) resu
 	case *wire.LookupRequest:
 		return s.lookup(ctx, r, q)
 	case *wire.GetAttrRequest:
+		if r.op == wire.OpTouchAtime {
+			return s.touchAtime(ctx, r, q)
+		}
 		return s.getattr(ctx, q)
 	case *wire.SetAttrRequest:
 		return s.setattr(ctx, r, q)
@@ -193,6 +196,8 @@ func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) resu
 		return s.access(ctx, r, q)
 	case *wire.OpenRequest:
 		return s.open(ctx, r, q)
+	case *wire.OpenDirRequest:
+		return s.openDir(ctx, r, q)
 	case *wire.ReleaseRequest:
 		return s.release(ctx, r, q)
 	case *wire.WriteCommitRequest:

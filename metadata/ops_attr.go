@@ -338,6 +338,37 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 	return res
 }
 
+// openDir is opendir: the checks of open(O_RDONLY|O_DIRECTORY), the
+// open's registration, and the first page of the listing, in one
+// request. atime is left to the client (OpTouchAtime when the program
+// reads the page and relatime's rule is due), since opening a directory
+// does not update it.
+func (s *Service) openDir(ctx context.Context, r *request, q *wire.OpenDirRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	switch {
+	case n.rec.Flags&wire.InodeFreeing != 0:
+		return fail(status(syscall.ENOENT))
+	case !n.isDir():
+		return fail(status(syscall.ENOTDIR))
+	case !permits(&n.rec, r.cred, wire.AccessRead):
+		return fail(status(syscall.EACCES))
+	case q.Flags&wire.OpenNoAtime != 0 && !ownerOrRoot(&n.rec, r.cred):
+		return fail(status(syscall.EPERM))
+	}
+	rep := &wire.OpenDirReply{Attr: n.attr(), Page: *s.listPage(n, 0, q.MaxBytes, q.MaxEntries)}
+	p.addOpen(r.key, n, false)
+	return ok(rep)
+}
+
 // addOpen registers an open of n by k. The caller holds p.mu exclusively.
 func (p *partition) addOpen(k clientKey, n *inode, write bool) {
 	n.opens++

@@ -168,27 +168,50 @@ func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirReques
 		return fail(st)
 	}
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	n, st := p.inodeShared(ctx, q.Ino, 0)
+	rep, due, st := s.readdirShared(ctx, p, r, q)
+	p.mu.RUnlock()
 	if st != wire.StatusOK {
 		return fail(st)
 	}
+	if due {
+		p.listedDir(q.Ino)
+	}
+	return ok(rep)
+}
+
+// readdirShared lists a page for readdir under p.mu shared, and says
+// whether the listing is due to update the directory's atime.
+func (s *Service) readdirShared(ctx context.Context, p *partition, r *request, q *wire.ReadDirRequest) (*wire.ReadDirReply, bool, wire.Status) {
+	n, st := p.inodeShared(ctx, q.Ino, 0)
+	if st != wire.StatusOK {
+		return nil, false, st
+	}
 	if !n.isDir() {
-		return fail(status(syscall.ENOTDIR))
+		return nil, false, status(syscall.ENOTDIR)
 	}
 	if !permits(&n.rec, r.cred, wire.AccessRead) {
-		return fail(status(syscall.EACCES))
+		return nil, false, status(syscall.EACCES)
 	}
-	budget := int(q.MaxBytes)
+	rep := s.listPage(n, q.Cookie, q.MaxBytes, q.MaxEntries)
+	due := q.Flags&wire.ReadDirNoAtime == 0 &&
+		wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, wire.TimespecOf(s.now()))
+	return rep, due, wire.StatusOK
+}
+
+// listPage lists directory n's entries after cookie, at most maxEntries
+// of them (0: no count limit) in about maxBytes of reply (0: the
+// service's default). The caller holds p.mu.
+func (s *Service) listPage(n *inode, cookie uint64, maxBytes, maxEntries uint32) *wire.ReadDirReply {
+	budget := int(maxBytes)
 	if budget == 0 {
 		budget = int(s.cfg.ReadDirBytes)
 	}
 	budget = min(budget, maxReadDirBytes)
 	rep := &wire.ReadDirReply{EOF: true}
 	used := 8
-	n.dir.after(q.Cookie, func(e *dentry) bool {
+	n.dir.after(cookie, func(e *dentry) bool {
 		size := 22 + len(e.name)
-		if (q.MaxEntries != 0 && len(rep.Entries) >= int(q.MaxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
+		if (maxEntries != 0 && len(rep.Entries) >= int(maxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
 			rep.EOF = false
 			return false
 		}
@@ -196,7 +219,7 @@ func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirReques
 		rep.Entries = append(rep.Entries, wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie})
 		return true
 	})
-	return ok(rep)
+	return rep
 }
 
 func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest) result {

@@ -128,6 +128,14 @@ func (t *sessionTable) hasWriter(k clientKey, ino uint64) bool {
 	return oc != nil && oc.writers > 0
 }
 
+// hasOpen reports whether k's session holds ino open.
+func (t *sessionTable) hasOpen(k clientKey, ino uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.byClient[k.id]
+	return s != nil && s.key == k && s.opens[ino] != nil
+}
+
 // expired removes and returns the sessions whose lease ended.
 func (t *sessionTable) expired(now time.Time) []*session {
 	t.mu.Lock()

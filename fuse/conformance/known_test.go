@@ -10,9 +10,7 @@ package conformance
 
 // Findings and deviations.
 const (
-	cf1 = "CF-1: atime is never updated by reads and listings (no relatime)"
 	cf4 = "CF-4: RENAME_WHITEOUT is refused with EINVAL"
-	cf5 = "CF-5: a removed directory that is still open answers ESTALE to fstat"
 	d1  = "D-1: FUSE does not tell the file system about chown(-1, -1) (an empty SETATTR): no setuid clearing, no EPERM, no ctime update"
 )
 
@@ -23,7 +21,6 @@ const (
 	memSetgid   = "client.Memory has no setgid directories"
 	memExchange = "client.Memory has no RENAME_EXCHANGE"
 	memXattr    = "client.Memory keeps any xattr name, with no namespaces"
-	memRmdir    = "client.Memory frees a removed directory at once (ESTALE through an open descriptor)"
 )
 
 func join(reasons ...string) string {
@@ -59,8 +56,6 @@ var memoryKnown = map[string]string{
 	"open/O_TRUNC":                                                  memTimes,
 	"open/O_TRUNC by another user clears setuid":                    memKillPriv,
 	"open/creates a file":                                           memTimes,
-	"readdir/of a removed directory":                                memRmdir,
-	"readdir/updates atime":                                         cf1,
 	"rename/a block in one directory":                               memTimes,
 	"rename/a block to another directory":                           memTimes,
 	"rename/a char in one directory":                                memTimes,
@@ -82,7 +77,6 @@ var memoryKnown = map[string]string{
 	"rename/exchange two files":                                     memExchange,
 	"rename/over a file with other links":                           memTimes,
 	"rename/whiteout":                                               cf4,
-	"rmdir/an open directory":                                       memRmdir,
 	"rmdir/removes an empty directory":                              memTimes,
 	"setgid/a directory takes the group and the bit":                memSetgid,
 	"setgid/a file takes the directory's group":                     memSetgid,
@@ -92,7 +86,6 @@ var memoryKnown = map[string]string{
 	"sticky/exchange":                                               memExchange,
 	"symlink/owner, mode, size and the parent's times":              memTimes,
 	"times/a directory's mtime on every change of its entries":      memTimes,
-	"times/read updates atime (relatime)":                           cf1,
 	"truncate/by another user clears setuid and setgid":             memKillPriv,
 	"unlink/a block":                                                memTimes,
 	"unlink/a char":                                                 memTimes,
@@ -115,13 +108,10 @@ var memoryKnown = map[string]string{
 
 // clusterKnown are the real cluster's, through a default mount.
 var clusterKnown = map[string]string{
-	"chown/-1 -1 by someone else":         d1,
-	"chown/-1 -1 by the owner":            d1,
-	"chown/-1 -1 of a plain file":         d1,
-	"readdir/updates atime":               cf1,
-	"rename/whiteout":                     cf4,
-	"rmdir/an open directory":             cf5,
-	"times/read updates atime (relatime)": cf1,
+	"chown/-1 -1 by someone else": d1,
+	"chown/-1 -1 by the owner":    d1,
+	"chown/-1 -1 of a plain file": d1,
+	"rename/whiteout":             cf4,
 }
 
 // serverKnown are the real cluster's with ServerPermissions (no

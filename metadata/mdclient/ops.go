@@ -187,10 +187,36 @@ func (c *Client) Readlink(ctx context.Context, cred wire.Cred, ino uint64) (stri
 // is complete. "." and ".." are not included (cookies 1 and 2 are
 // reserved for them).
 func (c *Client) ReadDir(ctx context.Context, cred wire.Cred, ino, cookie uint64, maxBytes, maxEntries uint32) ([]wire.DirEntry, bool, error) {
+	return c.ReadDirFlags(ctx, cred, ino, cookie, maxBytes, maxEntries, 0)
+}
+
+// ReadDirFlags is ReadDir with the request's flags (wire.ReadDirNoAtime:
+// the listing leaves the directory's atime alone).
+func (c *Client) ReadDirFlags(ctx context.Context, cred wire.Cred, ino, cookie uint64, maxBytes, maxEntries, flags uint32) ([]wire.DirEntry, bool, error) {
 	var r wire.ReadDirReply
 	err := c.call(ctx, wire.OpReadDir, cred, partitionOf(ino),
-		&wire.ReadDirRequest{Ino: ino, Cookie: cookie, MaxBytes: maxBytes, MaxEntries: maxEntries}, &r, nil)
+		&wire.ReadDirRequest{Ino: ino, Cookie: cookie, MaxBytes: maxBytes, MaxEntries: maxEntries, Flags: flags}, &r, nil)
 	return r.Entries, r.EOF, err
+}
+
+// OpenDir opens directory ino for a listing: the owner checks read
+// permission, registers the open (end it with Release and flags
+// O_RDONLY|O_DIRECTORY) and answers the attributes and the first page
+// of entries (bounded as ReadDir's). flags may hold O_NOATIME.
+func (c *Client) OpenDir(ctx context.Context, cred wire.Cred, ino, gen uint64, flags, maxBytes, maxEntries uint32) (wire.Attr, []wire.DirEntry, bool, error) {
+	var r wire.OpenDirReply
+	err := c.call(ctx, wire.OpOpenDir, cred, partitionOf(ino),
+		&wire.OpenDirRequest{Ino: ino, Gen: gen, Flags: flags, MaxBytes: maxBytes, MaxEntries: maxEntries}, &r, nil)
+	return r.Attr, r.Page.Entries, r.Page.EOF, err
+}
+
+// TouchAtime tells ino's owner that the caller read the file's data: the
+// owner updates atime if relatime's rule is due, and answers the
+// attributes.
+func (c *Client) TouchAtime(ctx context.Context, cred wire.Cred, ino, gen uint64) (wire.Attr, error) {
+	var r wire.AttrReply
+	err := c.call(ctx, wire.OpTouchAtime, cred, partitionOf(ino), &wire.GetAttrRequest{Ino: ino, Gen: gen}, &r, nil)
+	return r.Attr, err
 }
 
 // StatFSNode returns one node's namespace capacity.

@@ -46,7 +46,8 @@ func Walk(ctx context.Context, cl *mdclient.Client) (*Tree, error) {
 		queue = queue[1:]
 		cookie := uint64(0)
 		for {
-			ents, eof, err := cl.ReadDir(ctx, cred, d.ino, cookie, 0, 0)
+			// An observer: the walk must not move the atimes it reports.
+			ents, eof, err := cl.ReadDirFlags(ctx, cred, d.ino, cookie, 0, 0, wire.ReadDirNoAtime)
 			if err != nil {
 				return nil, fmt.Errorf("readdir %q: %w", d.path, err)
 			}

@@ -143,7 +143,7 @@ func NewRequest(op Op) Body {
 		return &Empty{}
 	case OpLookup:
 		return &LookupRequest{}
-	case OpGetAttr:
+	case OpGetAttr, OpTouchAtime:
 		return &GetAttrRequest{}
 	case OpSetAttr:
 		return &SetAttrRequest{}
@@ -171,6 +171,8 @@ func NewRequest(op Op) Body {
 		return &AccessRequest{}
 	case OpOpen:
 		return &OpenRequest{}
+	case OpOpenDir:
+		return &OpenDirRequest{}
 	case OpRelease:
 		return &ReleaseRequest{}
 	case OpWriteCommit:
@@ -201,7 +203,7 @@ func NewReply(op Op) Body {
 		return &DirReply{}
 	case OpLookup:
 		return &LookupReply{}
-	case OpGetAttr, OpSetAttr, OpLink, OpOpen, OpWriteCommit, OpTmpfile:
+	case OpGetAttr, OpSetAttr, OpLink, OpOpen, OpWriteCommit, OpTmpfile, OpTouchAtime:
 		return &AttrReply{}
 	case OpCreate, OpMkdir, OpSymlink:
 		return &MakeReply{}
@@ -217,6 +219,8 @@ func NewReply(op Op) Body {
 		return &ListXattrReply{}
 	case OpGetLk:
 		return &LockReply{}
+	case OpOpenDir:
+		return &OpenDirReply{}
 	case OpKeepAlive:
 		return &KeepAliveReply{}
 	case OpEntryAdd:
@@ -580,12 +584,16 @@ func (r *ReadlinkReply) decode(d *codec.Decoder) { r.Target = d.String32(decodeM
 // ReadDirRequest lists directory Ino's entries after Cookie (0: from the
 // start), at most MaxEntries of them (0: no count limit) in at most about
 // MaxBytes of reply (0: the service's default). "." and ".." are not
-// listed: their cookies are 1 and 2, the client adds them.
+// listed: their cookies are 1 and 2, the client adds them. A listing
+// updates the directory's atime by relatime's rule unless Flags has
+// ReadDirNoAtime.
 type ReadDirRequest struct {
 	Ino        uint64
 	Cookie     uint64
 	MaxBytes   uint32
 	MaxEntries uint32
+	// Flags is an optional trailing field (ReadDirNoAtime).
+	Flags uint32
 }
 
 func (r *ReadDirRequest) encode(e *codec.Encoder) {
@@ -593,6 +601,7 @@ func (r *ReadDirRequest) encode(e *codec.Encoder) {
 	e.U64(r.Cookie)
 	e.U32(r.MaxBytes)
 	e.U32(r.MaxEntries)
+	putOptional32(e, r.Flags)
 }
 
 func (r *ReadDirRequest) decode(d *codec.Decoder) {
@@ -600,6 +609,10 @@ func (r *ReadDirRequest) decode(d *codec.Decoder) {
 	r.Cookie = d.U64()
 	r.MaxBytes = d.U32()
 	r.MaxEntries = d.U32()
+	r.Flags = optional32(d, "readdir flags")
+	if d.Err() == nil && r.Flags&^ReadDirNoAtime != 0 {
+		d.Fail("readdir flags %#x", r.Flags)
+	}
 }
 
 // ReadDirReply is a page of entries in cookie order; EOF says none follow.
@@ -821,6 +834,53 @@ func (r *OpenRequest) decode(d *codec.Decoder) {
 	r.Gen = d.U64()
 	r.Flags = d.U32()
 	r.Reclaim = d.Bool()
+}
+
+// OpenDirRequest opens directory Ino for a listing (OpOpenDir). Flags
+// may hold OpenNoAtime only (the owner's privilege, EPERM otherwise);
+// MaxBytes and MaxEntries bound the first page as ReadDirRequest's do.
+type OpenDirRequest struct {
+	Ino        uint64
+	Gen        uint64
+	Flags      uint32
+	MaxBytes   uint32
+	MaxEntries uint32
+}
+
+func (r *OpenDirRequest) encode(e *codec.Encoder) {
+	e.U64(r.Ino)
+	e.U64(r.Gen)
+	e.U32(r.Flags)
+	e.U32(r.MaxBytes)
+	e.U32(r.MaxEntries)
+}
+
+func (r *OpenDirRequest) decode(d *codec.Decoder) {
+	r.Ino = d.U64()
+	r.Gen = d.U64()
+	r.Flags = d.U32()
+	r.MaxBytes = d.U32()
+	r.MaxEntries = d.U32()
+	if d.Err() == nil && r.Flags&^OpenNoAtime != 0 {
+		d.Fail("opendir flags %#x", r.Flags)
+	}
+}
+
+// OpenDirReply is the opened directory's attributes and the first page
+// of its listing (from cookie 0).
+type OpenDirReply struct {
+	Attr Attr
+	Page ReadDirReply
+}
+
+func (r *OpenDirReply) encode(e *codec.Encoder) {
+	r.Attr.encode(e)
+	r.Page.encode(e)
+}
+
+func (r *OpenDirReply) decode(d *codec.Decoder) {
+	r.Attr.decode(d)
+	r.Page.decode(d)
 }
 
 // ReleaseRequest ends one registered open of Ino with Flags.

@@ -49,6 +49,18 @@ const (
 	// OpTmpfile makes an open regular file with no name (O_TMPFILE) in
 	// Parent's partition: Parent's owner.
 	OpTmpfile Op = 0x0119
+	// OpTouchAtime records a read of Ino's data, which the service never
+	// sees (the data path is one-sided RDMA): the owner sets atime to
+	// its clock when relatime's rule says so (docs/metadata.md). Any
+	// caller that may read the file, or holds it open, may ask; it never
+	// changes ctime. Ino's owner.
+	OpTouchAtime Op = 0x011a
+	// OpOpenDir is opendir in one request: it registers an open of
+	// directory Ino (as OpOpen with O_RDONLY|O_DIRECTORY, released by
+	// OpRelease) and answers its attributes and the first page of its
+	// listing, without updating atime (the client does that when the
+	// program reads the page). Ino's owner.
+	OpOpenDir Op = 0x011b
 )
 
 // Node-to-node ops of the collect-dispatch protocols (docs/metadata.md).
@@ -79,7 +91,7 @@ var (
 	ClientOps = []Op{OpNull, OpLookup, OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink,
 		OpUnlink, OpRmdir, OpRename, OpReadlink, OpReadDir, OpStatFS, OpGetXattr, OpSetXattr,
 		OpListXattr, OpRemoveXattr, OpAccess, OpOpen, OpRelease, OpWriteCommit, OpGetLk, OpSetLk,
-		OpKeepAlive, OpTmpfile}
+		OpKeepAlive, OpTmpfile, OpTouchAtime, OpOpenDir}
 	PeerOps = []Op{OpEntryAdd, OpEntryRemove, OpTxLock, OpTxApply, OpTxAbort, OpTxStatus, OpGetParent}
 )
 
@@ -90,7 +102,7 @@ var opNames = map[Op]string{
 	OpReadDir: "readdir", OpStatFS: "statfs", OpGetXattr: "getxattr", OpSetXattr: "setxattr",
 	OpListXattr: "listxattr", OpRemoveXattr: "removexattr", OpAccess: "access", OpOpen: "open",
 	OpRelease: "release", OpWriteCommit: "writecommit", OpGetLk: "getlk", OpSetLk: "setlk",
-	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile",
+	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile", OpTouchAtime: "touch-atime", OpOpenDir: "opendir",
 	OpEntryAdd: "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
 	OpTxApply: "tx-apply", OpTxAbort: "tx-abort", OpTxStatus: "tx-status", OpGetParent: "get-parent",
 }
@@ -107,7 +119,7 @@ func (o Op) String() string {
 func (o Op) Mutating() bool {
 	switch o {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename,
-		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile:
+		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile, OpOpenDir:
 		return true
 	}
 	return false
@@ -271,3 +283,18 @@ const ReleaseTrimAhead uint32 = 1 << 30
 // fallocate, even one that failed): the owner marks the inode
 // InodeHasBlocks, so that those blocks are freed with it.
 const ReleaseAllocated uint32 = 1 << 29
+
+// ReadDirNoAtime, in ReadDirRequest.Flags, says the listing must not
+// update the directory's atime (an opendir with O_NOATIME).
+const ReadDirNoAtime uint32 = 1
+
+// RelatimeDue reports whether a read at now updates an inode's atime
+// under Linux's relatime rule: atime is not after mtime or ctime, or it
+// is at least a day old.
+func RelatimeDue(atime, mtime, ctime, now Timespec) bool {
+	return !mtime.Before(atime) || !ctime.Before(atime) || now.Sec-atime.Sec >= RelatimeAge
+}
+
+// RelatimeAge is the age in seconds past which relatime updates atime
+// whatever mtime and ctime say (Linux: one day).
+const RelatimeAge = 24 * 60 * 60

@@ -31,34 +31,37 @@ func sampleRequests() map[string]struct {
 		op   Op
 		body Body
 	}{
-		"null":        {OpNull, &Empty{}},
-		"lookup":      {OpLookup, &LookupRequest{Parent: 1, Name: "a"}},
-		"getattr":     {OpGetAttr, &GetAttrRequest{Ino: 2, Gen: 3}},
-		"setattr":     {OpSetAttr, &SetAttrRequest{Ino: 2, Valid: SetMode | SetAtimeNow | SetSize, Mode: 0o4755, Size: 9, Atime: Timespec{Sec: 4, Nsec: 5}}},
-		"create":      {OpCreate, &MakeRequest{Parent: 1, Name: "f", Mode: ModeRegular | 0o600, Open: true, OpenFlags: OpenReadWrite | OpenExcl}},
-		"mknod":       {OpCreate, &MakeRequest{Parent: 1, Name: "dev", Mode: ModeChar | 0o600, Rdev: 0x0103}},
-		"mkdir":       {OpMkdir, &MakeRequest{Parent: 1, Name: "d", Mode: ModeDir | 0o755}},
-		"symlink":     {OpSymlink, &MakeRequest{Parent: 1, Name: "l", Mode: ModeSymlink | 0o777, Target: "../x/y"}},
-		"link":        {OpLink, &LinkRequest{Ino: 5, NewParent: 1, NewName: "h"}},
-		"unlink":      {OpUnlink, &UnlinkRequest{Parent: 1, Name: "f", Ino: 0}},
-		"rmdir":       {OpRmdir, &UnlinkRequest{Parent: 1, Name: "d", Ino: 7}},
-		"rename":      {OpRename, &RenameRequest{SrcParent: 1, SrcName: "a", DstParent: 2, DstName: "b", Flags: RenameExchange, SrcIno: 8}},
-		"readlink":    {OpReadlink, &InoRequest{Ino: 4}},
-		"readdir":     {OpReadDir, &ReadDirRequest{Ino: 1, Cookie: 17, MaxBytes: 4096, MaxEntries: 10}},
-		"statfs":      {OpStatFS, &Empty{}},
-		"getxattr":    {OpGetXattr, &GetXattrRequest{Ino: 1, Name: "user.a", Size: 10}},
-		"setxattr":    {OpSetXattr, &SetXattrRequest{Ino: 1, Name: "user.a", Value: []byte("v"), Flags: XattrCreate}},
-		"listxattr":   {OpListXattr, &ListXattrRequest{Ino: 1, Size: 100}},
-		"removexattr": {OpRemoveXattr, &RemoveXattrRequest{Ino: 1, Name: "user.a"}},
-		"access":      {OpAccess, &AccessRequest{Ino: 1, Mask: AccessRead | AccessWrite}},
-		"open":        {OpOpen, &OpenRequest{Ino: 1, Gen: 2, Flags: OpenTrunc | OpenWriteOnly, Reclaim: true}},
-		"release":     {OpRelease, &ReleaseRequest{Ino: 1, Flags: OpenReadOnly}},
-		"writecommit": {OpWriteCommit, &WriteCommitRequest{Ino: 1, Size: 1 << 40, Mtime: Timespec{Sec: 9}}},
-		"getlk":       {OpGetLk, &LockRequest{Ino: 1, Lock: Lock{Kind: LockPOSIX, Type: LockWrite, Owner: 5, Start: 0, End: LockEOF, PID: 7}}},
-		"setlk":       {OpSetLk, &LockRequest{Ino: 1, Lock: Lock{Kind: LockFlock, Type: LockUnlock, Owner: 6, Start: 1, End: 2}}},
-		"keepalive":   {OpKeepAlive, &Empty{}},
-		"tmpfile":     {OpTmpfile, &MakeRequest{Parent: 1, Mode: ModeRegular | 0o600, Open: true, OpenFlags: OpenReadWrite}},
-		"entry-add":   {OpEntryAdd, &EntryAddRequest{Txn: txn, Watermark: 50, Dir: 1, Name: "n", Ino: 9, Type: ModeDir}},
+		"null":            {OpNull, &Empty{}},
+		"lookup":          {OpLookup, &LookupRequest{Parent: 1, Name: "a"}},
+		"getattr":         {OpGetAttr, &GetAttrRequest{Ino: 2, Gen: 3}},
+		"setattr":         {OpSetAttr, &SetAttrRequest{Ino: 2, Valid: SetMode | SetAtimeNow | SetSize, Mode: 0o4755, Size: 9, Atime: Timespec{Sec: 4, Nsec: 5}}},
+		"create":          {OpCreate, &MakeRequest{Parent: 1, Name: "f", Mode: ModeRegular | 0o600, Open: true, OpenFlags: OpenReadWrite | OpenExcl}},
+		"mknod":           {OpCreate, &MakeRequest{Parent: 1, Name: "dev", Mode: ModeChar | 0o600, Rdev: 0x0103}},
+		"mkdir":           {OpMkdir, &MakeRequest{Parent: 1, Name: "d", Mode: ModeDir | 0o755}},
+		"symlink":         {OpSymlink, &MakeRequest{Parent: 1, Name: "l", Mode: ModeSymlink | 0o777, Target: "../x/y"}},
+		"link":            {OpLink, &LinkRequest{Ino: 5, NewParent: 1, NewName: "h"}},
+		"unlink":          {OpUnlink, &UnlinkRequest{Parent: 1, Name: "f", Ino: 0}},
+		"rmdir":           {OpRmdir, &UnlinkRequest{Parent: 1, Name: "d", Ino: 7}},
+		"rename":          {OpRename, &RenameRequest{SrcParent: 1, SrcName: "a", DstParent: 2, DstName: "b", Flags: RenameExchange, SrcIno: 8}},
+		"readlink":        {OpReadlink, &InoRequest{Ino: 4}},
+		"readdir":         {OpReadDir, &ReadDirRequest{Ino: 1, Cookie: 17, MaxBytes: 4096, MaxEntries: 10}},
+		"readdir noatime": {OpReadDir, &ReadDirRequest{Ino: 1, Cookie: 17, MaxBytes: 4096, MaxEntries: 10, Flags: ReadDirNoAtime}},
+		"touch-atime":     {OpTouchAtime, &GetAttrRequest{Ino: 2, Gen: 3}},
+		"opendir":         {OpOpenDir, &OpenDirRequest{Ino: 1, Gen: 2, Flags: OpenNoAtime, MaxBytes: 4096, MaxEntries: 512}},
+		"statfs":          {OpStatFS, &Empty{}},
+		"getxattr":        {OpGetXattr, &GetXattrRequest{Ino: 1, Name: "user.a", Size: 10}},
+		"setxattr":        {OpSetXattr, &SetXattrRequest{Ino: 1, Name: "user.a", Value: []byte("v"), Flags: XattrCreate}},
+		"listxattr":       {OpListXattr, &ListXattrRequest{Ino: 1, Size: 100}},
+		"removexattr":     {OpRemoveXattr, &RemoveXattrRequest{Ino: 1, Name: "user.a"}},
+		"access":          {OpAccess, &AccessRequest{Ino: 1, Mask: AccessRead | AccessWrite}},
+		"open":            {OpOpen, &OpenRequest{Ino: 1, Gen: 2, Flags: OpenTrunc | OpenWriteOnly, Reclaim: true}},
+		"release":         {OpRelease, &ReleaseRequest{Ino: 1, Flags: OpenReadOnly}},
+		"writecommit":     {OpWriteCommit, &WriteCommitRequest{Ino: 1, Size: 1 << 40, Mtime: Timespec{Sec: 9}}},
+		"getlk":           {OpGetLk, &LockRequest{Ino: 1, Lock: Lock{Kind: LockPOSIX, Type: LockWrite, Owner: 5, Start: 0, End: LockEOF, PID: 7}}},
+		"setlk":           {OpSetLk, &LockRequest{Ino: 1, Lock: Lock{Kind: LockFlock, Type: LockUnlock, Owner: 6, Start: 1, End: 2}}},
+		"keepalive":       {OpKeepAlive, &Empty{}},
+		"tmpfile":         {OpTmpfile, &MakeRequest{Parent: 1, Mode: ModeRegular | 0o600, Open: true, OpenFlags: OpenReadWrite}},
+		"entry-add":       {OpEntryAdd, &EntryAddRequest{Txn: txn, Watermark: 50, Dir: 1, Name: "n", Ino: 9, Type: ModeDir}},
 		"entry-remove": {OpEntryRemove, &EntryRemoveRequest{Txn: txn, Watermark: 50, Dir: 1, Name: "n", Ino: 9,
 			VictimUID: 1000, IsDir: true}},
 		"tx-lock": {OpTxLock, &TxLockRequest{Txn: txn, Items: []LockItem{{Kind: LockItemEntry, Ino: 1, Name: "a"},
@@ -114,6 +117,8 @@ func sampleReplies() map[string]struct {
 		"readdir": {OpReadDir, &ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3},
 			{Name: "bb", Ino: 4, Type: ModeRegular, Cookie: 9}}, EOF: true}},
 		"readdir empty": {OpReadDir, &ReadDirReply{EOF: true}},
+		"opendir":       {OpOpenDir, &OpenDirReply{Attr: sampleAttr, Page: ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3}}}}},
+		"opendir empty": {OpOpenDir, &OpenDirReply{Attr: sampleAttr, Page: ReadDirReply{EOF: true}}},
 		"statfs":        {OpStatFS, &StatFSReply{Bsize: 4096, Blocks: 100, Bfree: 50, Bavail: 50, Files: 10, Ffree: 5, NameLen: 255}},
 		"getxattr":      {OpGetXattr, &GetXattrReply{Value: []byte{0, 1, 2}}},
 		"listxattr":     {OpListXattr, &ListXattrReply{Names: []string{"user.a", "user.b"}}},
@@ -210,15 +215,19 @@ func TestRefused(t *testing.T) {
 	badBool := EncodeRequest(OpOpen, &h, &OpenRequest{Ino: 1})
 	badBool[len(badBool)-1] = 2
 	badNsec := EncodeRequest(OpWriteCommit, &h, &WriteCommitRequest{Ino: 1, Mtime: Timespec{Nsec: 1e9}})
+	zeroFlags := append(EncodeRequest(OpReadDir, &h, &ReadDirRequest{Ino: 1}), 0, 0, 0, 0)
 	for name, b := range map[string][]byte{
-		"other version":  v2,
-		"unknown op":     unknown,
-		"truncated":      good[:len(good)-1],
-		"trailing":       append(bytes.Clone(good), 0),
-		"empty":          nil,
-		"bool not 0/1":   badBool,
-		"nanoseconds":    badNsec,
-		"bad lock range": EncodeRequest(OpSetLk, &h, &LockRequest{Lock: Lock{Start: 5, End: 4}}),
+		"other version":                 v2,
+		"unknown op":                    unknown,
+		"truncated":                     good[:len(good)-1],
+		"trailing":                      append(bytes.Clone(good), 0),
+		"empty":                         nil,
+		"bool not 0/1":                  badBool,
+		"nanoseconds":                   badNsec,
+		"bad lock range":                EncodeRequest(OpSetLk, &h, &LockRequest{Lock: Lock{Start: 5, End: 4}}),
+		"readdir flags present as zero": zeroFlags,
+		"unknown readdir flags":         EncodeRequest(OpReadDir, &h, &ReadDirRequest{Ino: 1, Flags: 2}),
+		"opendir flags":                 EncodeRequest(OpOpenDir, &h, &OpenDirRequest{Ino: 1, Flags: OpenWriteOnly}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, _, _, err := DecodeRequest(b)
@@ -230,6 +239,29 @@ func TestRefused(t *testing.T) {
 	require.ErrorIs(t, err, ErrMalformed)
 	_, err = DecodeRecord([]byte{Version, 200})
 	require.ErrorIs(t, err, ErrMalformed)
+}
+
+func TestRelatimeDue(t *testing.T) {
+	ts := func(sec int64) Timespec { return Timespec{Sec: sec} }
+	for name, tc := range map[string]struct {
+		a, m, c, now int64
+		due          bool
+	}{
+		"atime after mtime and ctime, fresh": {a: 100, m: 50, c: 60, now: 200, due: false},
+		"atime equal to mtime":               {a: 100, m: 100, c: 60, now: 200, due: true},
+		"atime before mtime":                 {a: 100, m: 150, c: 60, now: 200, due: true},
+		"atime before ctime":                 {a: 100, m: 50, c: 101, now: 200, due: true},
+		"atime a day old":                    {a: 100, m: 50, c: 60, now: 100 + RelatimeAge, due: true},
+		"atime a second short of a day":      {a: 100, m: 50, c: 60, now: 99 + RelatimeAge, due: false},
+		"atime in the future":                {a: 1000, m: 50, c: 60, now: 200, due: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, tc.due, RelatimeDue(ts(tc.a), ts(tc.m), ts(tc.c), ts(tc.now)))
+		})
+	}
+	// Nanoseconds count: a write in the same second as the read is later.
+	require.True(t, RelatimeDue(Timespec{Sec: 5, Nsec: 1}, Timespec{Sec: 5, Nsec: 2}, Timespec{}, Timespec{Sec: 6}))
+	require.False(t, RelatimeDue(Timespec{Sec: 5, Nsec: 3}, Timespec{Sec: 5, Nsec: 2}, Timespec{}, Timespec{Sec: 6}))
 }
 
 func TestStatus(t *testing.T) {
