@@ -336,6 +336,17 @@ func (e *Engine) retry(ctx context.Context, try func() error) error {
 	return err
 }
 
+// chunkConn returns the map, the node holding ino's chunk and the data
+// connection to it.
+func (e *Engine) chunkConn(ctx context.Context, ino, chunk uint64) (*cluster.Map, cluster.NodeInfo, *dataConn, error) {
+	m, node, err := e.owner(ino, chunk)
+	if err != nil {
+		return m, node, nil, err
+	}
+	dc, err := e.conn(ctx, node)
+	return m, node, dc, err
+}
+
 // owner returns the node holding ino's chunk.
 func (e *Engine) owner(ino, chunk uint64) (*cluster.Map, cluster.NodeInfo, error) {
 	m := e.cfg.Map.Current()
@@ -518,19 +529,24 @@ func (e *Engine) noteWrite(ino uint64, key ownerKey, chunk, stamp uint64, lo, hi
 // bytes ahead as the stream has written so far, so a sequential writer
 // asks for blocks about once per chunk, while a file written at once (a
 // stream's first write) gets nothing it does not use. Other writes get
-// none. What a stream allocated and did not write is freed at the last
-// close (TakeAhead).
+// none; a write inside the stream's range (the write that follows the
+// Reserves of writes kept behind, a header rewritten) neither ends nor
+// extends it. What a stream allocated and did not write is freed at the
+// last close (TakeAhead).
 func (e *Engine) ahead(ino, off, n uint64) uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	st, ok := e.streams[ino]
-	if !ok || st.end != off {
-		e.streams[ino] = stream{start: off, end: off + n}
+	switch {
+	case ok && st.end == off:
+		st.end = off + n
+		e.streams[ino] = st
+		return st.end - st.start
+	case ok && off >= st.start && off+n <= st.end:
 		return 0
 	}
-	st.end = off + n
-	e.streams[ino] = st
-	return st.end - st.start
+	e.streams[ino] = stream{start: off, end: off + n}
+	return 0
 }
 
 // minPrefetchStream is how much a stream must have written before its

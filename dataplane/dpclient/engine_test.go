@@ -127,8 +127,14 @@ func TestSequentialWriterAllocatesAhead(t *testing.T) {
 		maxAllocates  uint64
 		wantPrefetch  bool
 		maxVolatileKB uint64
+		// reserved: each MiB is reserved 64 KiB at a time first, as
+		// the client library's write-behind does, then written at once.
+		reserved bool
 	}{
-		"long stream":  {size: 12 * wire.ChunkSize, maxAllocates: 12 + 2 + 2, wantPrefetch: true},
+		"long stream": {size: 12 * wire.ChunkSize, maxAllocates: 12 + 2 + 2, wantPrefetch: true},
+		// 64 KiB writes start the stream's ahead smaller: four more
+		// allocations in the first chunk.
+		"kept behind":  {size: 12 * wire.ChunkSize, maxAllocates: 12 + 2 + 2 + 4, wantPrefetch: true, reserved: true},
 		"small file":   {size: 1 << 20, maxAllocates: 1, maxVolatileKB: 1 << 10},
 		"single chunk": {size: wire.ChunkSize, maxAllocates: 3, maxVolatileKB: 4 << 10},
 	} {
@@ -138,6 +144,9 @@ func TestSequentialWriterAllocatesAhead(t *testing.T) {
 			ctx := testCtx(t)
 			data := pattern(uint64(tc.size), tc.size)
 			for off := 0; off < tc.size; off += 1 << 20 {
+				for r := off; tc.reserved && r < off+1<<20; r += 64 << 10 {
+					require.NoError(t, e.Reserve(ctx, 9, data[r:r+64<<10], uint64(r)))
+				}
 				require.NoError(t, e.WriteAt(ctx, 9, data[off:off+1<<20], uint64(off)))
 			}
 			st := e.Stats()

@@ -73,11 +73,7 @@ func (e *Engine) Reserve(ctx context.Context, ino uint64, p []byte, off uint64) 
 	e.prefetch(ino, off+uint64(len(p)), ahead)
 	for _, pc := range split(p, off, ahead, nil) {
 		err := e.retry(ctx, func() error {
-			m, node, err := e.owner(ino, pc.chunk)
-			if err != nil {
-				return err
-			}
-			dc, err := e.conn(ctx, node)
+			m, node, dc, err := e.chunkConn(ctx, ino, pc.chunk)
 			if err != nil {
 				return err
 			}
@@ -178,11 +174,7 @@ func (e *Engine) pieceIO(ctx context.Context, ino uint64, pc piece, write bool) 
 }
 
 func (e *Engine) tryPiece(ctx context.Context, ino uint64, pc piece, write bool) error {
-	m, node, err := e.owner(ino, pc.chunk)
-	if err != nil {
-		return err
-	}
-	dc, err := e.conn(ctx, node)
+	m, node, dc, err := e.chunkConn(ctx, ino, pc.chunk)
 	if err != nil {
 		return err
 	}
@@ -454,11 +446,7 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 		n := min(length, wire.ChunkSize-in)
 		ln := uint32(n)
 		err := e.retry(ctx, func() error {
-			m, node, err := e.owner(ino, chunk)
-			if err != nil {
-				return err
-			}
-			dc, err := e.conn(ctx, node)
+			m, node, dc, err := e.chunkConn(ctx, ino, chunk)
 			if err != nil {
 				return err
 			}
