@@ -204,7 +204,7 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 // return, and released while it waits.
 func (s *Service) awaitSpace(ctx context.Context, p *partition, err error, allocate func() error) error {
 	deadline := time.Now().Add(s.cfg.Quarantine + time.Second)
-	for errors.Is(err, ErrNoSpace) && time.Now().Before(deadline) && s.quarantinedAny(p) {
+	for errors.Is(err, ErrNoSpace) && time.Now().Before(deadline) && s.spaceComing(p) {
 		p.mu.Unlock()
 		t := time.NewTimer(spaceRetry)
 		select {
@@ -228,10 +228,13 @@ func (s *Service) awaitSpace(ctx context.Context, p *partition, err error, alloc
 // tries again.
 const spaceRetry = 200 * time.Millisecond
 
-// quarantinedAny reports whether a partition of this node holds
-// quarantined blocks; the caller holds held's lock, and a partition busy
-// now is skipped.
-func (s *Service) quarantinedAny(held *partition) bool {
+// spaceComing reports whether quarantined blocks of this node will be
+// free for held when their quarantine ends: held's own, or those of
+// another partition's pool that then holds nothing and goes back to the
+// region. Blocks in a pool that stays in use are not: waiting for them
+// would only delay the ENOSPC. The caller holds held's lock; a partition
+// busy now is skipped.
+func (s *Service) spaceComing(held *partition) bool {
 	for _, p := range s.partitions() {
 		if p == held {
 			if len(p.quar) > 0 {
@@ -242,9 +245,12 @@ func (s *Service) quarantinedAny(held *partition) bool {
 		if !p.mu.TryLock() {
 			continue
 		}
-		q := len(p.quar) > 0
+		coming := false
+		for _, pl := range p.pools {
+			coming = coming || (pl.quarantined > 0 && pl.nfree+pl.quarantined == pl.ext.Count)
+		}
 		p.mu.Unlock()
-		if q {
+		if coming {
 			return true
 		}
 	}
