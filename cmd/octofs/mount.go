@@ -55,6 +55,10 @@ type mountOptions struct {
 // foreground, with its own session, and reports on fd 3 when mounted.
 const daemonEnv = "OCTOFS_MOUNT_DAEMON_CHILD"
 
+// maxWriteBehind bounds --write-behind: the client keeps at most 64 MiB
+// behind over all its files anyway.
+const maxWriteBehind = 64 << 20
+
 func newMountCmd() *cobra.Command {
 	o := &mountOptions{}
 	cmd := &cobra.Command{
@@ -184,6 +188,9 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 	defer c.Close()
 	if o.maxWrite > fuse.DefaultMaxWrite || o.maxWrite < 4096 {
 		return fmt.Errorf("--max-write %d: give 4096 to %d", o.maxWrite, fuse.DefaultMaxWrite)
+	}
+	if o.writeBehind != 0 && (o.writeBehind < 8192 || o.writeBehind > maxWriteBehind) {
+		return fmt.Errorf("--write-behind %d: give 0 (none) or 8192 to %d", o.writeBehind, maxWriteBehind)
 	}
 	srv, err := fuse.Mount(dir, c, fuse.Options{
 		EntryTimeout: o.entryTimeout, AttrTimeout: o.attrTimeout, NegativeTimeout: o.negTimeout,

@@ -108,6 +108,7 @@ func TestMountCommand(t *testing.T) {
 			"no such dir":  {args(filepath.Join(dir, "nothing")), "mount point"},
 			"not a dir":    {args(file), "not a directory"},
 			"max write":    {args(dir, "--max-write", "4194304"), "--max-write"},
+			"write behind": {args(dir, "--write-behind", "-5"), "--write-behind"},
 			"unreachable":  {[]string{"mount", "--cluster", "127.0.0.1:1", "--token-file", cl.TokenFile, "--connect-timeout", "3s", dir}, "check"},
 			"daemon fails": {args(file, "--daemon"), "not a directory"},
 		} {
