@@ -386,13 +386,7 @@ func TestClusterCloseFreesBlocksAhead(t *testing.T) {
 	_, c := newClusterClient(t, nodetest.Options{})
 	ctx := context.Background()
 	root := client.Cred{}
-	used := func() uint64 {
-		u, err := client.TestingDataUsed(c, ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u
-	}
+	used := dataUsed(t, c)
 	before := used()
 	const files, piece = 20, 100_000
 	want := make([][]byte, files)
@@ -515,13 +509,7 @@ func TestClusterPreallocatedBlocksAreFreed(t *testing.T) {
 	_, c := newClusterClient(t, nodetest.Options{})
 	ctx := context.Background()
 	root := client.Cred{}
-	used := func() uint64 {
-		u, err := client.TestingDataUsed(c, ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return u
-	}
+	used := dataUsed(t, c)
 	waitUsed := func(what string, ok func(uint64) bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
@@ -605,4 +593,16 @@ func TestClusterWriteBehindMeetsENOSPC(t *testing.T) {
 		}
 	}
 	t.Logf("ENOSPC after %d writes of 64 KiB; all of them read back", n)
+}
+
+// dataUsed returns a function that reports the bytes of data c's cluster
+// holds.
+func dataUsed(t *testing.T, c *client.Client) func() uint64 {
+	return func() uint64 {
+		u, err := client.TestingDataUsed(c, context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
 }

@@ -86,7 +86,13 @@ func (f *fixture) newClient(t testing.TB) *client.Client { return f.connect(t, t
 // stops.
 func (f *fixture) mount(t testing.TB, o Options) (string, *Server) {
 	t.Helper()
-	c := f.newClient(t)
+	return mountClient(t, f.newClient(t), o)
+}
+
+// mountClient mounts c (which the test may watch, e.g. its RPC counters)
+// and closes it after the unmount when the test ends.
+func mountClient(t testing.TB, c *client.Client, o Options) (string, *Server) {
+	t.Helper()
 	dir := mountPoint(t)
 	srv, err := Mount(dir, c, o)
 	if err != nil {

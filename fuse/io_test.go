@@ -89,15 +89,7 @@ func TestReadBuffersPool(t *testing.T) {
 func TestSequentialReadsAreLargeAndZeroCopy(t *testing.T) {
 	f := clusterFixture(t)
 	c := f.newClient(t)
-	dir := mountPoint(t)
-	srv, err := Mount(dir, c, Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		unmountBounded(srv, 10*time.Second)
-		c.Close()
-	})
+	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
 	if ra, err := ReadAhead(dir); err != nil || ra != DefaultMaxReadAhead {
 		t.Fatalf("read-ahead of the mount: %d, %v; want %d", ra, err, DefaultMaxReadAhead)
 	}
@@ -143,15 +135,7 @@ func TestSequentialReadsAreLargeAndZeroCopy(t *testing.T) {
 func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
 	f := clusterFixture(t)
 	c := f.newClient(t)
-	dir := mountPoint(t)
-	srv, err := Mount(dir, c, Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		unmountBounded(srv, 10*time.Second)
-		c.Close()
-	})
+	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
 	d := subdir(t, dir, "routing")
 	const n = 12
 	for i := range n {
@@ -195,15 +179,7 @@ func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
 func TestReadsUpdateAtimeOnce(t *testing.T) {
 	f := clusterFixture(t)
 	c := f.newClient(t)
-	dir := mountPoint(t)
-	srv, err := Mount(dir, c, Options{Logger: testLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		unmountBounded(srv, 10*time.Second)
-		c.Close()
-	})
+	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
 	d := subdir(t, dir, "atime")
 	p := filepath.Join(d, "f")
 	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
