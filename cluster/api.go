@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,24 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
+
+// servePprof serves net/http/pprof's pages under PathDebugPprof.
+func servePprof(w http.ResponseWriter, r *http.Request) {
+	switch name := strings.TrimPrefix(r.URL.Path, PathDebugPprof); name {
+	case "":
+		pprof.Index(w, r)
+	case "profile":
+		pprof.Profile(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	default:
+		pprof.Handler(name).ServeHTTP(w, r)
+	}
+}
 
 // maxBodyBytes bounds admin request bodies.
 const maxBodyBytes = 1 << 20
@@ -39,6 +58,13 @@ func (n *Node) startAdmin() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.Handle("GET "+PathMetrics, promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	// Go's profiles (CPU, heap, goroutines), for the cluster's operators
+	// only: a profile shows the process's internals and costs CPU.
+	handle("GET "+PathDebugPprof, "pprof", func(w http.ResponseWriter, r *http.Request) {
+		if n.requireToken(w, r) {
+			servePprof(w, r)
+		}
+	})
 
 	n.httpSrv = &http.Server{
 		Handler:           mux,

@@ -16,6 +16,9 @@ const (
 	PathPin       = "/v1/partitions/{p}/pin" // the owner pins a partition (token)
 	PathMetrics   = "/metrics"
 	PathHealth    = "/healthz"
+	// PathDebugPprof is the prefix of Go's profiles (net/http/pprof),
+	// served to holders of the token.
+	PathDebugPprof = "/debug/pprof/"
 
 	// headerForwarded marks a request a follower forwarded to the leader,
 	// so it is never forwarded twice.

@@ -174,3 +174,36 @@ func TestMetricsEndpoint(t *testing.T) {
 		require.Contains(t, string(body), want)
 	}
 }
+
+// Go's profiles are for the cluster's operators: without the token the
+// admin port shows none.
+func TestPprofNeedsTheToken(t *testing.T) {
+	tc := newTestCluster(t)
+	n1 := tc.bootstrap("n1")
+	get := func(path, auth string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", "http://"+n1.AdminAddr()+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, path := range []string{PathDebugPprof, PathDebugPprof + "goroutine?debug=1", PathDebugPprof + "cmdline"} {
+		code, body := get(path, "")
+		require.Equal(t, http.StatusUnauthorized, code, path)
+		require.NotContains(t, body, "goroutine profile", path)
+		code, _ = get(path, "Bearer nope")
+		require.Equal(t, http.StatusUnauthorized, code, path)
+	}
+	code, body := get(PathDebugPprof+"goroutine?debug=1", "Bearer "+n1.Token())
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "goroutine profile")
+	code, body = get(PathDebugPprof, "Bearer "+n1.Token())
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "heap")
+}
