@@ -606,3 +606,48 @@ func dataUsed(t *testing.T, c *client.Client) func() uint64 {
 		return u
 	}
 }
+
+// A new cluster keeps files (regular, symlink, device) in their
+// directory's partition, so that their create and unlink are one node's
+// commit, and spreads directories over the partitions.
+func TestClusterFilesStayWithTheirDirectory(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	root := client.Cred{}
+	dirParts := map[uint32]bool{}
+	for i := range 12 {
+		d, err := c.Mkdir(ctx, root, cluster.RootInode, fmt.Sprintf("d%d", i), 0o755)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp := cluster.PartitionOf(d.Ino)
+		dirParts[dp] = true
+		var inos []uint64
+		for j := range 5 {
+			a, f, err := c.Create(ctx, root, d.Ino, fmt.Sprintf("f%d", j), 0o644, syscall.O_RDWR)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			inos = append(inos, a.Ino)
+		}
+		s, err := c.Symlink(ctx, root, d.Ino, "s", "f0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := c.Mknod(ctx, root, d.Ino, "p", syscall.S_IFIFO|0o644, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ino := range append(inos, s.Ino, n.Ino) {
+			if p := cluster.PartitionOf(ino); p != dp {
+				t.Fatalf("inode %#x in directory %#x is in partition %d, not its directory's %d", ino, d.Ino, p, dp)
+			}
+		}
+	}
+	if len(dirParts) < 6 {
+		t.Fatalf("12 directories in %d partitions: directories do not spread", len(dirParts))
+	}
+}

@@ -79,7 +79,10 @@ func TestKillNodes(t *testing.T) {
 			defer os.RemoveAll(d)
 		}
 	}
-	tc, err := proctest.Start(ctx, proctest.Options{Binary: bin, Dir: dir, RegionSize: 128 << 20, Args: []string{"--log-level", "warn"}})
+	// Hashed placement, so that files' creates, links and unlinks are
+	// cross-node transactions too, not only directories'.
+	tc, err := proctest.Start(ctx, proctest.Options{Binary: bin, Dir: dir, RegionSize: 128 << 20, FilePlacement: cluster.PlaceHashed,
+		Args: []string{"--log-level", "warn"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +223,7 @@ func (k *killModel) setup(ctx context.Context) {
 	owners := map[cluster.NodeID]bool{}
 	for i := 0; len(k.tops) < 3 && i < 1000; i++ {
 		name := fmt.Sprintf("top%d", i)
-		owner, err := m.OwnerOfName(k.root, name)
+		owner, err := m.OwnerOfName(k.root, name, true)
 		if err != nil || owners[owner.ID] {
 			continue
 		}

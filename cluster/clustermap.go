@@ -79,6 +79,10 @@ type Map struct {
 	// owner: partitions cannot yet move with their data, so moving its
 	// ownership would strand the data (see PinPartition).
 	Pinned []uint32 `json:"pinned,omitempty"`
+	// FilePlacement is where new files go (see NewInodePartition); set
+	// when the map is created and never changed, since clients and nodes
+	// must agree on it. Empty in maps made before it existed: PlaceHashed.
+	FilePlacement FilePlacement `json:"file_placement,omitempty"`
 	// Redacted is true when region keys were removed for an unauthenticated
 	// reader. A redacted map must not be used for data access.
 	Redacted bool `json:"redacted,omitempty"`
@@ -212,6 +216,9 @@ func (m *Map) Validate() error {
 		if i > 0 && m.Pinned[i-1] >= p {
 			return fmt.Errorf("%w: pinned partitions not sorted or duplicated at %d", ErrMalformed, p)
 		}
+	}
+	if m.FilePlacement != "" && !m.FilePlacement.Valid() {
+		return fmt.Errorf("%w: file placement %q", ErrMalformed, m.FilePlacement)
 	}
 	return nil
 }

@@ -70,6 +70,9 @@ type InitCommand struct {
 	ClusterID  string   `json:"cluster_id"`
 	Partitions int      `json:"partitions"`
 	First      NodeInfo `json:"first"`
+	// FilePlacement of the new map (empty: PlaceHashed, as before it
+	// existed).
+	FilePlacement FilePlacement `json:"file_placement,omitempty"`
 }
 
 // SetStateCommand changes a node's state.
@@ -198,6 +201,8 @@ func applyCommand(m *Map, c Command) (*Map, error) {
 			Epoch:      1,
 			Nodes:      []NodeInfo{first},
 			Partitions: make([]NodeID, c.Init.Partitions),
+
+			FilePlacement: c.Init.FilePlacement,
 		}
 		for i := range n.Partitions {
 			n.Partitions[i] = first.ID

@@ -94,7 +94,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		m, err := n.apply(Command{Type: CmdInit, Init: &InitCommand{
 			ClusterID:  "octofs-" + randomHex(8),
 			Partitions: n.cfg.Partitions,
-			First:      n.selfInfo().nodeInfo(),
+
+			FilePlacement: n.cfg.FilePlacement,
+			First:         n.selfInfo().nodeInfo(),
 		}})
 		if err != nil {
 			n.log.Error("cannot create the cluster map", "err", err)

@@ -77,6 +77,9 @@ type Config struct {
 
 	// Partitions is P for a new cluster (default DefaultPartitions).
 	Partitions int
+	// FilePlacement is where a new cluster puts new files (default
+	// PlaceWithDirectory).
+	FilePlacement FilePlacement
 	// MaxVoters is how many nodes vote in raft (default 3); others are
 	// non-voters.
 	MaxVoters int
@@ -127,6 +130,8 @@ func (c Config) Validate() error {
 		return bad("node id %q: use 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit", c.ID)
 	case c.Partitions < 0 || c.Partitions > MaxPartitions:
 		return bad("%d partitions: a cluster has 1 to %d", c.Partitions, MaxPartitions)
+	case c.FilePlacement != "" && !c.FilePlacement.Valid():
+		return bad("file placement %q: use %q or %q", c.FilePlacement, PlaceWithDirectory, PlaceHashed)
 	case c.MaxVoters < 0:
 		return bad("max voters %d: use 3 or 5", c.MaxVoters)
 	case c.Bootstrap && len(c.Join) > 0:
@@ -147,6 +152,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Partitions == 0 {
 		c.Partitions = DefaultPartitions
+	}
+	if c.FilePlacement == "" {
+		c.FilePlacement = PlaceWithDirectory
 	}
 	if c.MaxVoters == 0 {
 		c.MaxVoters = 3

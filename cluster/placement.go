@@ -65,18 +65,59 @@ func (m *Map) OwnerOfInode(ino uint64) (NodeInfo, error) {
 	return m.OwnerOfPartition(PartitionOf(ino))
 }
 
+// FilePlacement is where a cluster puts a new inode that is not a
+// directory (a regular file, symlink, device, fifo or socket). New
+// directories always go to PartitionForName, so that subtrees spread over
+// the cluster.
+type FilePlacement string
+
+const (
+	// PlaceWithDirectory puts a new file in its directory's partition,
+	// as Lustre puts a file on its directory's MDT and CephFS keeps
+	// inodes with their dentries: create and unlink then change one
+	// partition (one commit on one node) instead of two (a
+	// collect-dispatch transaction across nodes). A directory's entries
+	// live on its owner in either placement, so spreading its files
+	// relieves that node of no request; it only adds a second one to
+	// each. The default of a new cluster.
+	PlaceWithDirectory FilePlacement = "directory"
+	// PlaceHashed puts a new file at PartitionForName(parent, name), as
+	// Octopus hashes paths: the inodes of one directory's files spread
+	// over the cluster, at the price of a cross-node transaction for
+	// most creates and unlinks. A map from before FilePlacement existed
+	// has this placement.
+	PlaceHashed FilePlacement = "hash"
+)
+
+// Valid reports whether p is one of the named placements.
+func (p FilePlacement) Valid() bool { return p == PlaceWithDirectory || p == PlaceHashed }
+
+// Placement returns the map's file placement.
+func (m *Map) Placement() FilePlacement {
+	if m.FilePlacement == "" {
+		return PlaceHashed
+	}
+	return m.FilePlacement
+}
+
 // NewInodePartition returns the partition for a new inode named name in
-// directory parent.
-func (m *Map) NewInodePartition(parent uint64, name string) uint32 {
+// directory parent; dir says whether the new inode is a directory.
+func (m *Map) NewInodePartition(parent uint64, name string, dir bool) uint32 {
+	if !dir && m.Placement() == PlaceWithDirectory {
+		if p := PartitionOf(parent); p < m.NumPartitions() {
+			return p
+		}
+	}
 	return PartitionForName(parent, name, m.NumPartitions())
 }
 
-// OwnerOfName returns the node that gets a new inode named name in parent.
-func (m *Map) OwnerOfName(parent uint64, name string) (NodeInfo, error) {
+// OwnerOfName returns the node that gets a new inode named name in parent
+// (dir: a directory).
+func (m *Map) OwnerOfName(parent uint64, name string, dir bool) (NodeInfo, error) {
 	if !m.Initialized() {
 		return NodeInfo{}, ErrNotInitialized
 	}
-	return m.OwnerOfPartition(m.NewInodePartition(parent, name))
+	return m.OwnerOfPartition(m.NewInodePartition(parent, name, dir))
 }
 
 // ChunkPartition returns the partition of chunk index chunk of inode ino.

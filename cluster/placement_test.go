@@ -224,9 +224,9 @@ func TestMapPlacementFunctions(t *testing.T) {
 	}
 	_, err := m.OwnerOfInode(InodeNumber(64, 1))
 	require.ErrorIs(t, err, ErrBadRequest)
-	o, err := m.OwnerOfName(RootInode, "x")
+	o, err := m.OwnerOfName(RootInode, "x", true)
 	require.NoError(t, err)
-	require.Equal(t, m.Partitions[m.NewInodePartition(RootInode, "x")], o.ID)
+	require.Equal(t, m.Partitions[m.NewInodePartition(RootInode, "x", true)], o.ID)
 	o, err = m.ChunkOwner(RootInode, 3)
 	require.NoError(t, err)
 	require.Equal(t, m.Partitions[m.ChunkPartition(RootInode, 3)], o.ID)
@@ -290,4 +290,48 @@ func TestRebalancePinnedProperty(t *testing.T) {
 	// A pinned partition of an ineligible owner is refused, not moved.
 	_, _, err := rebalancePinned([]NodeID{"a", "b"}, []uint32{1}, []NodeID{"a"})
 	require.ErrorIs(t, err, ErrHoldsData)
+}
+
+func TestFilePlacement(t *testing.T) {
+	parts := make([]NodeID, 64)
+	dir := InodeNumber(17, 5)
+	for _, tc := range []struct {
+		placement FilePlacement
+		together  bool // files go to their directory's partition
+	}{
+		{PlaceWithDirectory, true},
+		{PlaceHashed, false},
+		{"", false}, // a map from before FilePlacement: hashed
+	} {
+		t.Run(string(tc.placement), func(t *testing.T) {
+			m := &Map{Epoch: 1, Partitions: parts, FilePlacement: tc.placement}
+			elsewhere := 0
+			for i := range 200 {
+				name := fmt.Sprintf("n%d", i)
+				hashed := PartitionForName(dir, name, 64)
+				require.Equal(t, hashed, m.NewInodePartition(dir, name, true), "a directory always spreads")
+				file := m.NewInodePartition(dir, name, false)
+				if tc.together {
+					require.Equal(t, uint32(17), file, name)
+				} else {
+					require.Equal(t, hashed, file, name)
+				}
+				if hashed != 17 {
+					elsewhere++
+				}
+			}
+			require.Greater(t, elsewhere, 150, "names hash over the partitions")
+		})
+	}
+	// The init command records the placement; a map with an unknown one
+	// is refused.
+	m := mustApply(t, &Map{}, Command{Type: CmdInit, Init: &InitCommand{ClusterID: "c", Partitions: 8, First: info("a"), FilePlacement: PlaceWithDirectory}})
+	require.Equal(t, PlaceWithDirectory, m.Placement())
+	require.NoError(t, m.Validate())
+	m.FilePlacement = "striped"
+	require.ErrorContains(t, m.Validate(), `file placement "striped"`)
+	require.ErrorContains(t, Config{DataDir: "d", FilePlacement: "striped"}.Validate(), "file placement")
+	var c Config
+	c.setDefaults()
+	require.Equal(t, PlaceWithDirectory, c.FilePlacement, "a new cluster keeps files with their directory")
 }

@@ -129,7 +129,7 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 	if !m.Initialized() {
 		return fail(wire.StatusNotReady)
 	}
-	p, st := s.partitionForNew(ctx, m.NewInodePartition(q.Parent, q.Name))
+	p, st := s.partitionForNew(ctx, m.NewInodePartition(q.Parent, q.Name, typ == wire.ModeDir))
 	if st != wire.StatusOK {
 		return fail(st)
 	}

@@ -21,13 +21,18 @@ func TestRoundTrips(t *testing.T) {
 	cl := c.Client()
 	m := c.Maps.Current()
 	owner := func(ino uint64) cluster.NodeID { return m.Partitions[cluster.PartitionOf(ino)] }
-	newOwner := func(dir uint64, name string) cluster.NodeID { return m.Partitions[m.NewInodePartition(dir, name)] }
+	// metatest's maps place files and directories alike (PlaceHashed), so
+	// dir=true stands for both.
+	require.Equal(t, cluster.PlaceHashed, m.Placement())
+	newOwner := func(dir uint64, name string) cluster.NodeID {
+		return m.Partitions[m.NewInodePartition(dir, name, true)]
+	}
 	// name returns a name in dir whose new inode lands on another node
 	// (remote) or on the directory's node and partition (local).
 	name := func(dir uint64, prefix string, remote bool) string {
 		for i := range 10000 {
 			n := fmt.Sprintf("%s%d", prefix, i)
-			p := m.NewInodePartition(dir, n)
+			p := m.NewInodePartition(dir, n, true)
 			if remote && newOwner(dir, n) != owner(dir) || !remote && p == cluster.PartitionOf(dir) {
 				return n
 			}

@@ -166,7 +166,7 @@ func BenchmarkOverRPC(b *testing.B) {
 	local := func() string {
 		for {
 			n := fmt.Sprintf("l%d", names.Add(1))
-			if m.NewInodePartition(d.Ino, n) == cluster.PartitionOf(d.Ino) {
+			if m.NewInodePartition(d.Ino, n, false) == cluster.PartitionOf(d.Ino) {
 				return n
 			}
 		}
@@ -174,7 +174,7 @@ func BenchmarkOverRPC(b *testing.B) {
 	remote := func() string {
 		for {
 			n := fmt.Sprintf("r%d", names.Add(1))
-			if m.Partitions[m.NewInodePartition(d.Ino, n)] != m.Partitions[cluster.PartitionOf(d.Ino)] {
+			if m.Partitions[m.NewInodePartition(d.Ino, n, false)] != m.Partitions[cluster.PartitionOf(d.Ino)] {
 				return n
 			}
 		}

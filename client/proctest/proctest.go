@@ -38,6 +38,9 @@ type Options struct {
 	Nodes int
 	// Partitions is P (default 64).
 	Partitions int
+	// FilePlacement is the new cluster's file placement (default: octofs
+	// serve's, cluster.PlaceWithDirectory).
+	FilePlacement cluster.FilePlacement
 	// RegionSize is each region's size in bytes (default 256 MiB).
 	RegionSize int64
 	// Args are extra flags for every `octofs serve`.
@@ -135,6 +138,9 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			"--heartbeat-interval", "200ms", "--down-after", "2s"}
 		if i == 0 {
 			n.args = append(n.args, "--bootstrap", "--partitions", strconv.Itoa(o.Partitions))
+			if o.FilePlacement != "" {
+				n.args = append(n.args, "--file-placement", string(o.FilePlacement))
+			}
 		} else {
 			n.args = append(n.args, "--join", c.Nodes[0].AdminAddr, "--token-file", c.TokenFile)
 		}

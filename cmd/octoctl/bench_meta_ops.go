@@ -22,9 +22,10 @@ import (
 // client library's low-level API as root, in a directory of the run's own,
 // with depth goroutines each issuing one operation at a time. Names of
 // "single-partition" tests are chosen so that the new inode lands on the
-// directory's own partition (cluster.PartitionForName), the case the
-// issue's create target is about; the cross-partition create spreads over
-// the cluster.
+// directory's own partition (Map.NewInodePartition), the case the issue's
+// create target is about; the cross-partition create spreads over the
+// cluster where the map's file placement hashes files (with the default
+// placement every file lands in its directory's partition).
 
 // benchOpResult is one test at one depth.
 type benchOpResult struct {
@@ -160,19 +161,20 @@ func runBenchOps(ctx context.Context, c *client.Client, name string, depth int, 
 }
 
 // benchNames hands out names in dir: with single, only names whose new
-// inode goes to dir's own partition.
+// inode (a directory if dirs) goes to dir's own partition.
 type benchNames struct {
 	m      *cluster.Map
 	dir    uint64
 	prefix string
 	single bool
+	dirs   bool
 	next   atomic.Uint64
 }
 
 func (n *benchNames) get() string {
 	for {
 		name := n.prefix + strconv.FormatUint(n.next.Add(1), 36)
-		if !n.single || n.m.NewInodePartition(n.dir, name) == cluster.PartitionOf(n.dir) {
+		if !n.single || n.m.NewInodePartition(n.dir, name, n.dirs) == cluster.PartitionOf(n.dir) {
 			return name
 		}
 	}
@@ -309,6 +311,11 @@ func benchMeta(ctx context.Context, c *client.Client, tcpAddr string, plan *benc
 	t.note("measured against %s, %v per test and depth; every figure is from this run on this machine", where, plan.duration)
 	t.note("each operation and its null-RPC rate take %d turns over the same time; the null RPCs go to the node owning the test's directory", benchSlices)
 	t.note("create is mknod of a regular file (one request; open(O_CREAT) adds the open's registration)")
+	if p := c.Map().Placement(); p == cluster.PlaceWithDirectory {
+		t.note("file placement %q: every file is created in its directory's partition, so \"any partition\" creates are one-partition too", p)
+	} else {
+		t.note("file placement %q: a file's inode goes to a partition chosen by its name", p)
+	}
 	t.note("readdir lists a %d-entry directory in one request; rename and unlink work on the files create made", plan.dirSize)
 	tables = append(tables, t)
 
@@ -471,7 +478,7 @@ func benchMetaDepth(ctx context.Context, c *client.Client, top uint64, depth int
 		}
 	}
 	if plan.tests["mkdir"] {
-		dirs := &benchNames{m: m, dir: dir.Ino, prefix: "d", single: true}
+		dirs := &benchNames{m: m, dir: dir.Ino, prefix: "d", single: true, dirs: true}
 		if err := measure("mkdir (1 partition)", func(ctx context.Context, _, _ int) error {
 			_, err := c.Mkdir(ctx, root, dir.Ino, dirs.get(), 0o755)
 			return err

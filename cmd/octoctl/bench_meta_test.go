@@ -54,8 +54,18 @@ func TestBenchMetaNamesSinglePartition(t *testing.T) {
 	dir := cluster.InodeNumber(17, 5)
 	n := &benchNames{m: m, dir: dir, prefix: "s", single: true}
 	for range 50 {
-		if p := m.NewInodePartition(dir, n.get()); p != 17 {
+		if p := m.NewInodePartition(dir, n.get(), false); p != 17 {
 			t.Fatalf("single-partition name went to partition %d, want 17", p)
+		}
+	}
+	// Directories spread whatever the file placement: a single-partition
+	// mkdir needs a name that hashes to the directory's partition.
+	m.FilePlacement = cluster.PlaceWithDirectory
+	d := &benchNames{m: m, dir: dir, prefix: "d", single: true, dirs: true}
+	for range 20 {
+		name := d.get()
+		if p := cluster.PartitionForName(dir, name, 64); p != 17 {
+			t.Fatalf("single-partition directory name %q hashes to partition %d, want 17", name, p)
 		}
 	}
 }

@@ -117,7 +117,8 @@ withheld and the map is marked redacted; with --token-file they are shown.`,
 }
 
 func printMap(w io.Writer, m *cluster.Map, partitions bool) error {
-	fmt.Fprintf(w, "cluster %s, epoch %d, %d partitions, %d pinned", dash(m.ClusterID), m.Epoch, len(m.Partitions), len(m.Pinned))
+	fmt.Fprintf(w, "cluster %s, epoch %d, %d partitions, %d pinned, file placement %s",
+		dash(m.ClusterID), m.Epoch, len(m.Partitions), len(m.Pinned), m.Placement())
 	if m.Redacted {
 		fmt.Fprint(w, " (rkeys withheld: pass the token to see them)")
 	}

@@ -47,6 +47,7 @@ type serveOptions struct {
 	tokenFile     string
 	joinSecret    string
 	partitions    int
+	placement     string
 	maxVoters     int
 	heartbeat     time.Duration
 	downAfter     time.Duration
@@ -118,6 +119,8 @@ A three-node cluster on one machine:
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the cluster token, for joining (or set OCTOFS_TOKEN)")
 	f.StringVar(&o.joinSecret, "join-secret-file", "", "for a node that waits to be added: the secret `octoctl join` must present (default: a new one in <data-dir>/join-secret)")
 	f.IntVar(&o.partitions, "partitions", cluster.DefaultPartitions, "number of partitions of a new cluster (with --bootstrap)")
+	f.StringVar(&o.placement, "file-placement", string(cluster.PlaceWithDirectory),
+		"where a new cluster (with --bootstrap) puts new files: \"directory\" (its directory's partition: create and unlink are one node's commit) or \"hash\" (spread by name: most creates are cross-node transactions); directories always spread")
 	f.IntVar(&o.maxVoters, "max-voters", 3, "raft voters (3 or 5); further nodes are non-voters")
 	f.DurationVar(&o.heartbeat, "heartbeat-interval", time.Second, "how often this node heartbeats the leader")
 	f.DurationVar(&o.downAfter, "down-after", 5*time.Second, "silence after which the leader marks a node down")
@@ -252,6 +255,8 @@ func (o *serveOptions) validate() error {
 	case o.partitions < 1 || o.partitions > cluster.MaxPartitions:
 		return fmt.Errorf("--partitions %d: a cluster has 1 to %d partitions (inode numbers carry the partition in %d bits); the default is %d",
 			o.partitions, cluster.MaxPartitions, cluster.PartitionBits, cluster.DefaultPartitions)
+	case !cluster.FilePlacement(o.placement).Valid():
+		return fmt.Errorf("--file-placement %q: use %q or %q", o.placement, cluster.PlaceWithDirectory, cluster.PlaceHashed)
 	case o.maxVoters < 1:
 		return fmt.Errorf("--max-voters %d: must be at least 1 (3 or 5 recommended)", o.maxVoters)
 	case o.heartbeat <= 0:
@@ -364,6 +369,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		Token:             token,
 		JoinSecret:        joinSecret,
 		Partitions:        o.partitions,
+		FilePlacement:     cluster.FilePlacement(o.placement),
 		MaxVoters:         o.maxVoters,
 		HeartbeatInterval: o.heartbeat,
 		DownAfter:         o.downAfter,

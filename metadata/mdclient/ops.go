@@ -65,7 +65,7 @@ func (c *Client) make(ctx context.Context, op wire.Op, cred wire.Cred, req wire.
 // reply has them, the directory's as the entry left them (nil if not).
 func (c *Client) Make(ctx context.Context, op wire.Op, cred wire.Cred, req wire.MakeRequest) (wire.Attr, *wire.Attr, error) {
 	var r wire.MakeReply
-	to := c.newInodeTarget(req.Parent, req.Name)
+	to := c.newInodeTarget(req.Parent, req.Name, op == wire.OpMkdir)
 	if err := c.call(ctx, op, cred, to, &req, &r, nil); err != nil {
 		return wire.Attr{}, nil, err
 	}
@@ -75,13 +75,14 @@ func (c *Client) Make(ctx context.Context, op wire.Op, cred wire.Cred, req wire.
 	return r.Attr, &r.Dir, nil
 }
 
-// newInodeTarget is the partition a new inode named name in parent gets.
-func (c *Client) newInodeTarget(parent uint64, name string) target {
+// newInodeTarget is the partition a new inode named name in parent gets
+// (dir: a directory).
+func (c *Client) newInodeTarget(parent uint64, name string, dir bool) target {
 	m := c.cfg.Maps.Current()
 	if !m.Initialized() || m.NumPartitions() == 0 {
 		return partitionOf(parent)
 	}
-	return target{partition: m.NewInodePartition(parent, name)}
+	return target{partition: m.NewInodePartition(parent, name, dir)}
 }
 
 // Create makes a regular file, fifo, socket or device (by mode's type;
