@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,20 +169,13 @@ func runBenchFuse(ctx context.Context, cmd *cobra.Command, o *benchFuseOptions) 
 	if o.workers < 1 || o.files < o.workers || o.size < 1 || o.rounds < 1 || o.duration < 50*time.Millisecond {
 		return errors.New("--workers, --files, --file-mib, --rounds must be positive (files at least workers), --duration at least 50ms")
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	admin, token := o.cluster.servers, ""
 	var where string
-	var err error
 	if cmd.Flags().Changed("server") || os.Getenv("OCTOFS_ADMIN") != "" {
 		if token, err = o.cluster.tokenValue(); err != nil {
 			return err

@@ -40,6 +40,7 @@ type benchMetaOptions struct {
 	dirSize  int
 	keepDir  string
 	tcpServe bool
+	profile  string
 }
 
 func newBenchMetaCmd() *cobra.Command {
@@ -72,6 +73,11 @@ the same depth; 16 in flight at least 3x the rate of 1.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			stopProfile, err := startCPUProfile(o.profile)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			return runBenchMeta(ctx, cmd, o)
 		},
 	}
@@ -84,6 +90,7 @@ the same depth; 16 in flight at least 3x the rate of 1.`,
 	f.StringVar(&o.tests, "tests", "null,create,stat,unlink,mkdir,readdir,rename", "tests to run")
 	f.IntVar(&o.dirSize, "readdir-entries", 100, "entries of the directory readdir lists (one request per listing)")
 	f.StringVar(&o.keepDir, "work-dir", "", "where the started cluster's data goes (default: a temporary directory, removed)")
+	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of this process (the client side) to this file")
 	f.BoolVar(&o.tcpServe, "tcp-serve", false, "run the TCP baseline's echo server (started by the benchmark itself)")
 	f.MarkHidden("tcp-serve")
 	return cmd
