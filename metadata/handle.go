@@ -140,6 +140,14 @@ func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Bod
 		}
 		return fail(wire.StatusInternal)
 	}
+	if res.status == wire.StatusInternal && s.ctx.Err() != nil {
+		// The service is closing: a commit refused with ErrClosed
+		// before it changed anything, or a wait ended. To the client
+		// this is a node going away (retry it, or its successor), not
+		// a fault of the request; what was logged is recovered as
+		// after a crash.
+		return fail(wire.StatusNotReady)
+	}
 	return res
 }
 

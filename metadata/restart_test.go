@@ -3,6 +3,8 @@ package metadata_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -186,4 +188,63 @@ func buildTree(t *testing.T, cl interface {
 	d1, err := cl.Mkdir(bg, root, rootIno, "target", 0o755)
 	require.NoError(t, err)
 	require.NoError(t, cl.Rename(bg, root, rr(rootIno, "dir1", d1.Ino, "moved", 0)))
+}
+
+// TestClosingNodeAnswersNotReady: requests that a node is executing when
+// it closes are answered "not ready" (the client retries, at this node
+// once it is back or at its successor), never "internal error", which a
+// client reports to the application as a protocol error.
+func TestClosingNodeAnswersNotReady(t *testing.T) {
+	c := metatest.Start(t, metatest.Config{})
+	cl := c.Client()
+	d, err := cl.Mkdir(bg, root, rootIno, "d", 0o777)
+	require.NoError(t, err)
+	m := c.Maps.Current()
+	dirPart := cluster.PartitionOf(d.Ino)
+	var svc *metadata.Service
+	for _, n := range c.Nodes {
+		if n.ID == m.Partitions[dirPart] {
+			svc = n.Svc
+		}
+	}
+	require.NotNil(t, svc)
+	var (
+		mu       sync.Mutex
+		statuses = map[wire.Status]int{}
+		wg       sync.WaitGroup
+		stop     atomic.Bool
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			h := wire.Header{Epoch: m.Epoch, ClientID: uint64(1000 + w), Incarnation: 1, Cred: root}
+			for i := 0; i < 100000 && !stop.Load(); i++ {
+				// Names whose inode stays in the directory's partition:
+				// a create there is one commit on the closing node.
+				name := fmt.Sprintf("w%d-%d", w, i)
+				if cluster.PartitionForName(d.Ino, name, uint32(len(m.Partitions))) != dirPart {
+					continue
+				}
+				h.Seq++
+				req := &wire.MakeRequest{Parent: d.Ino, Name: name, Mode: wire.ModeRegular | 0o644}
+				resp := svc.Handle(bg, uint16(wire.OpCreate), h.Seq, wire.EncodeRequest(wire.OpCreate, &h, req))
+				var r wire.MakeReply
+				rh, err := wire.DecodeReply(resp, &r)
+				if err != nil {
+					t.Errorf("reply: %v", err)
+					return
+				}
+				mu.Lock()
+				statuses[rh.Status]++
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	svc.Close()
+	time.Sleep(20 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("answers: %v", statuses)
+	require.Positive(t, statuses[wire.StatusOK], "no create succeeded before the close")
+	require.Zero(t, statuses[wire.StatusInternal], "a closing node answered internal error")
 }
