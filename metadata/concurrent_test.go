@@ -104,7 +104,10 @@ func names2(t *testing.T, cl interface {
 }
 
 // TestReadDirDuringModification: while writers add and remove entries,
-// listings in small pages return every untouched entry exactly once.
+// listings in small pages return every untouched entry exactly once, and
+// no entry twice: cookies only go up. A name removed and made again while
+// a listing runs may be listed twice (two files, two cookies), as on
+// Linux file systems whose new entries go after the listing's cursor.
 func TestReadDirDuringModification(t *testing.T) {
 	c := metatest.Start(t, metatest.Config{})
 	cl := c.Client()
@@ -117,6 +120,10 @@ func TestReadDirDuringModification(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(bg)
 	var wg sync.WaitGroup
+	// The writers stop before the cluster does, also when an assertion
+	// below ends the test.
+	defer wg.Wait()
+	defer cancel()
 	for w := range 3 {
 		wcl := c.Client()
 		wg.Go(func() {
@@ -135,11 +142,20 @@ func TestReadDirDuringModification(t *testing.T) {
 	}
 	for range 20 {
 		seen := map[string]int{}
+		type file struct {
+			name string
+			ino  uint64
+		}
+		files := map[file]bool{}
 		cookie := uint64(0)
 		for range 1 << 16 {
 			ents, eof, err := cl.ReadDir(bg, root, d.Ino, cookie, 0, 7)
 			require.NoError(t, err)
 			for _, e := range ents {
+				require.Greater(t, e.Cookie, cookie, "entry %s after cookie %d", e.Name, cookie)
+				f := file{e.Name, e.Ino}
+				require.False(t, files[f], "entry %s (inode %#x) listed twice", e.Name, e.Ino)
+				files[f] = true
 				seen[e.Name]++
 				cookie = e.Cookie
 			}
@@ -151,10 +167,5 @@ func TestReadDirDuringModification(t *testing.T) {
 			n := fmt.Sprintf("stable%03d", i)
 			require.Equal(t, 1, seen[n], "untouched entry %s", n)
 		}
-		for n, k := range seen {
-			require.Equal(t, 1, k, "entry %s listed %d times", n, k)
-		}
 	}
-	cancel()
-	wg.Wait()
 }
