@@ -17,16 +17,11 @@ const maxFileSize = 1 << 60
 const noChange = ^uint32(0)
 
 func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrRequest) result {
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	p, n, st := s.lockInode(ctx, q.Ino, q.Gen)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
-	if st != wire.StatusOK {
-		return fail(st)
-	}
 	c := r.cred
 	v := q.Valid
 	if v&wire.SetUID != 0 && q.UID == noChange {
@@ -274,16 +269,11 @@ func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteComm
 }
 
 func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) result {
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	p, n, st := s.lockInode(ctx, q.Ino, q.Gen)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
-	if st != wire.StatusOK {
-		return fail(st)
-	}
 	if n.rec.Flags&wire.InodeFreeing != 0 {
 		return fail(status(syscall.ENOENT))
 	}
@@ -344,16 +334,11 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 // reads the page and relatime's rule is due), since opening a directory
 // does not update it.
 func (s *Service) openDir(ctx context.Context, r *request, q *wire.OpenDirRequest) result {
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	p, n, st := s.lockInode(ctx, q.Ino, q.Gen)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, q.Ino, q.Gen, wire.TxnID{})
-	if st != wire.StatusOK {
-		return fail(st)
-	}
 	switch {
 	case n.rec.Flags&wire.InodeFreeing != 0:
 		return fail(status(syscall.ENOENT))

@@ -35,6 +35,24 @@ func (p *partition) inodeShared(ctx context.Context, ino, gen uint64) (*inode, w
 	}
 }
 
+// lockInode finds ino (of generation gen, 0 for any) for a change by a
+// client's request: its partition's lock held exclusively and the inode
+// free of other protocols (inodeExclusive). On a status other than OK no
+// lock is held; otherwise the caller unlocks p.mu.
+func (s *Service) lockInode(ctx context.Context, ino, gen uint64) (*partition, *inode, wire.Status) {
+	p, st := s.partition(ctx, cluster.PartitionOf(ino))
+	if st != wire.StatusOK {
+		return nil, nil, st
+	}
+	p.mu.Lock()
+	n, st := p.inodeExclusive(ctx, ino, gen, wire.TxnID{})
+	if st != wire.StatusOK {
+		p.mu.Unlock()
+		return nil, nil, st
+	}
+	return p, n, wire.StatusOK
+}
+
 // inodeExclusive is inodeShared for a holder of p.mu exclusively, which
 // also waits while the inode is busy with another protocol or locked by
 // a rename (unless by txn).
