@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"syscall"
 	"testing"
 	"time"
@@ -650,4 +651,124 @@ func TestClusterFilesStayWithTheirDirectory(t *testing.T) {
 	if len(dirParts) < 6 {
 		t.Fatalf("12 directories in %d partitions: directories do not spread", len(dirParts))
 	}
+}
+
+// TestClusterTruncateDropsCachedExtents: a truncation frees the file's
+// blocks past the new size at their owners, so the extents this client
+// cached for them must go with it. Before, a read through the same open
+// after ftruncate(5000) and ftruncate(10000) showed the freed block's old
+// bytes from 8192 on, a write after ftruncate(0) went into a freed block
+// and was lost at the next open, and a write through an open after
+// another open's O_TRUNC brought the truncated bytes back (and a write
+// kept behind before that O_TRUNC landed after it).
+func TestClusterTruncateDropsCachedExtents(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	root := client.Cred{}
+	c.SetWriteBehind(1 << 20)
+	old := bytes.Repeat([]byte{'q'}, 10000)
+	// reopen reads the whole file through a new open (after the last
+	// close: close-to-open from scratch).
+	reopen := func(t *testing.T, ino uint64) []byte {
+		t.Helper()
+		f, err := c.Open(ctx, root, ino, syscall.O_RDONLY)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close(ctx)
+		got := make([]byte, 64<<10)
+		n, err := f.ReadAt(ctx, got, 0)
+		if err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		return got[:n]
+	}
+	create := func(t *testing.T, name string) (uint64, *client.File) {
+		t.Helper()
+		a, f, err := c.Create(ctx, root, cluster.RootInode, name, 0o644, syscall.O_RDWR)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, old, 0); err != nil {
+			t.Fatal(err)
+		}
+		return a.Ino, f
+	}
+	// want is the file after [5000, 10000) of old was cut and rewritten
+	// with zeros, or cut to nothing and "r" written at 8192.
+	zeroTail := append(bytes.Repeat([]byte{'q'}, 5000), make([]byte, 5000)...)
+	rAt8192 := append(make([]byte, 8192), bytes.Repeat([]byte{'r'}, 4000)...)
+
+	t.Run("shrink-extend-read", func(t *testing.T) {
+		ino, f := create(t, "shrink")
+		for _, size := range []uint64{5000, 10000} {
+			if err := f.Truncate(ctx, size); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make([]byte, 10000)
+		if n, err := f.ReadAt(ctx, got, 0); n != len(got) {
+			t.Fatalf("read %d bytes: %v", n, err)
+		}
+		if i := bytes.IndexByte(got[5000:], 'q'); i >= 0 {
+			t.Fatalf("byte %d after the truncation to 5000 reads the old 'q'", 5000+i)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := reopen(t, ino); !bytes.Equal(got, zeroTail) {
+			t.Fatalf("after reopen: %d bytes, equal %v", len(got), bytes.Equal(got, zeroTail))
+		}
+	})
+	t.Run("truncate-then-write", func(t *testing.T) {
+		ino, f := create(t, "rewrite")
+		if err := f.Truncate(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, rAt8192[8192:], 8192); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := reopen(t, ino); !bytes.Equal(got, rAt8192) {
+			t.Fatalf("after reopen: %d bytes, first difference at %d", len(got), firstDiff(got, rAt8192))
+		}
+	})
+	t.Run("otrunc-open-then-write", func(t *testing.T) {
+		ino, f := create(t, "otrunc")
+		g, err := c.Open(ctx, root, ino, syscall.O_RDWR|syscall.O_TRUNC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Size(); got != 0 {
+			t.Errorf("size through the first open after the other's O_TRUNC: %d", got)
+		}
+		if err := g.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, rAt8192[8192:], 8192); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := reopen(t, ino); !bytes.Equal(got, rAt8192) {
+			t.Fatalf("after reopen: %d bytes, first difference at %d", len(got), firstDiff(got, rAt8192))
+		}
+	})
+}
+
+// firstDiff returns the first offset where a and b differ (the shorter
+// length if one is a prefix of the other, -1 if equal).
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) == len(b) {
+		return -1
+	}
+	return min(len(a), len(b))
 }

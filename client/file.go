@@ -203,12 +203,27 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 		return nil, c.fail(ctx, "open", err)
 	}
 	flags &^= syscall.O_CREAT | syscall.O_EXCL
-	a, err := c.ns.Open(octx, cred, ino, flags)
+	var a Attr
+	if oi := c.opens.get(ino); oi != nil && flags&syscall.O_TRUNC != 0 {
+		// Truncating a file this client has open: as SetAttr does, its
+		// unflushed writes go first (a write kept behind must not land
+		// past the new end), and the size the opens know is the new one.
+		oi.mu.Lock()
+		if err = c.flushLocked(octx, oi); err == nil {
+			if a, err = c.ns.Open(octx, cred, ino, flags); err == nil {
+				oi.size = a.Size
+			}
+		}
+		oi.mu.Unlock()
+	} else {
+		a, err = c.ns.Open(octx, cred, ino, flags)
+	}
 	if err != nil {
 		return nil, c.fail(ctx, "open", err)
 	}
 	if flags&syscall.O_TRUNC != 0 {
 		c.dropAttrs(ino)
+		c.truncated(ino, true)
 	}
 	return c.newFile(cred, a, flags), nil
 }

@@ -103,17 +103,31 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 		if err = c.flushLocked(octx, oi); err == nil {
 			if a, err = c.ns.SetAttr(octx, cred, ino, in); err == nil {
 				oi.size = a.Size
+				c.truncated(ino, in.Valid&SetSize != 0)
 			}
 		}
 		oi.mu.Unlock()
 	} else {
 		a, err = c.ns.SetAttr(octx, cred, ino, in)
+		if err == nil {
+			c.truncated(ino, in.Valid&SetSize != 0)
+		}
 	}
 	if err != nil {
 		return Attr{}, c.fail(ctx, "setattr", err)
 	}
 	c.attrs.put(ino, a)
 	return c.opens.overlay(a), nil
+}
+
+// truncated forgets the extents of ino cached for the data path after a
+// request that may have changed its size (set) returned: the owner freed
+// the blocks past the new end, and a read through their extents would
+// show the bytes they held, a write through them would be lost.
+func (c *Client) truncated(ino uint64, set bool) {
+	if set {
+		c.data.Forget(ino)
+	}
 }
 
 // Create makes a regular file and opens it with flags. An existing name
