@@ -453,7 +453,7 @@ func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn,
 // written, with zeros, by the owner first (allocate), so that it never
 // converts with bytes nobody wrote.
 func writable(exts []wire.Extent, own ownWrites, lo, hi, bs uint32) bool {
-	mine := func(x wire.Extent, b uint32) bool { return own.stampCovering(b, bs) == x.Stamp }
+	mine := func(x wire.Extent, b uint32) bool { return own.covered(x.Stamp, b, bs) }
 	at := lo
 	for _, x := range exts {
 		if x.End() <= at {

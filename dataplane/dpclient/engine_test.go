@@ -162,3 +162,36 @@ func TestSequentialWriterAllocatesAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialWriteAfterPunchAndRewrite: a block punched out and written
+// whole again is this client's, under the new allocation's stamp, until
+// the persist; a write covering it in part must keep what the whole write
+// put there. Before, the spans this client had written into the punched
+// block under the old allocation's stamp also covered it, the write asked
+// the owner to allocate naming that stamp, and the owner zeroed the
+// block's head as a block nobody wrote (fsx: write, punch, write, write).
+func TestPartialWriteAfterPunchAndRewrite(t *testing.T) {
+	c := dptest.New(t, dptest.Options{})
+	e := c.NewEngine()
+	ctx := testCtx(t)
+	const ino = 1<<48 | 9
+	want := make([]byte, 64<<10)
+	write := func(off int, b byte, n int) {
+		t.Helper()
+		p := bytes.Repeat([]byte{b}, n)
+		require.NoError(t, e.WriteAt(ctx, ino, p, uint64(off)))
+		copy(want[off:], p)
+	}
+	write(0, 'a', 64<<10)
+	require.NoError(t, e.Allocate(ctx, ino, wire.FallocPunchHole|wire.FallocKeepSize, 8192, 16384))
+	clear(want[8192 : 8192+16384])
+	write(4096, 'Z', 32768)
+	write(18000, 'b', 4000) // in part: blocks 4 and 5
+	got := make([]byte, len(want))
+	require.NoError(t, e.ReadAt(ctx, ino, got, 0))
+	require.Equal(t, -1, firstDiff(got, want), "read before the persist")
+	require.NoError(t, e.Persist(ctx, ino))
+	e.Forget(ino)
+	require.NoError(t, e.ReadAt(ctx, ino, got, 0))
+	require.Equal(t, -1, firstDiff(got, want), "read after the persist")
+}

@@ -93,16 +93,30 @@ type persisting struct{ w writes }
 type ownWrites map[uint64]spans
 
 // stampCovering returns the stamp through which this client wrote the
-// block at chunk byte b whole, or 0.
+// block at chunk byte b whole, or 0. When several did (the block was
+// written whole, punched or truncated away, allocated again and written
+// whole again before a persist), it is the latest allocation's, the
+// highest: the owner draws stamps in order, and only the latest can still
+// map the block.
 func (o ownWrites) stampCovering(b, bs uint32) uint64 {
-	for stamp, s := range o {
-		for _, w := range s {
-			if w.lo <= b && w.hi >= b+bs {
-				return stamp
-			}
+	var out uint64
+	for stamp := range o {
+		if stamp > out && o.covered(stamp, b, bs) {
+			out = stamp
 		}
 	}
-	return 0
+	return out
+}
+
+// covered reports whether this client wrote the block at chunk byte b
+// whole through extents of stamp.
+func (o ownWrites) covered(stamp uint64, b, bs uint32) bool {
+	for _, w := range o[stamp] {
+		if w.lo <= b && w.hi >= b+bs {
+			return true
+		}
+	}
+	return false
 }
 
 // convertCached returns exts with the parts of unwritten extents of stamp
