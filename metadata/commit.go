@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/octofs/octofs/metadata/wire"
 )
@@ -15,8 +17,8 @@ import (
 // whole queues become durable with one plog append (group commit). The
 // append is made by the first request that waits for its records (no
 // hand-off to another goroutine on a request's path) or, if no request
-// comes first, by the partition's flush goroutine, started by the commit
-// that found the queue idle. Nothing that depends on a record leaves the node
+// comes first, by the partition's flusher, which the commit that found
+// the queue idle arms to run shortly after (flushDelay). Nothing that depends on a record leaves the node
 // before the record is durable:
 //
 //   - every reply waits until the partitions the request touched are
@@ -38,8 +40,14 @@ type committer struct {
 	queued  uint64 // sequence of the last queued commit
 	durable uint64 // sequence of the last durable commit
 	err     error  // a failed append: the partition is unusable
-	busy    bool   // a flush goroutine runs (it ends once the queue is empty)
-	// appending: a flush goroutine or a waiter (awaitDurable) is
+	// busy: the flusher is due (armed by the commit that found the
+	// queue idle) or runs; it ends once the queue is empty.
+	busy    bool
+	flusher *time.Timer // runs flush flushDelay after it is armed
+	// appendAvg: a moving average of append times, in nanoseconds
+	// (noteAppend); written under appending, read by anyone.
+	appendAvg atomic.Int64
+	// appending: the flusher or a waiter (awaitDurable) is
 	// appending a batch; one at a time, so that the log's order is the
 	// queue's.
 	appending bool
@@ -86,7 +94,11 @@ func (p *partition) commit(recs ...wire.Record) error {
 	c.queued++
 	if !c.busy {
 		c.busy = true
-		go p.flush()
+		if c.flusher == nil {
+			c.flusher = time.AfterFunc(flushDelay, p.flush)
+		} else {
+			c.flusher.Reset(flushDelay)
+		}
 	}
 	c.mu.Unlock()
 	if p.sinceCheck >= max(p.svc.cfg.RewriteMinBytes/8, 512) {
@@ -95,6 +107,15 @@ func (p *partition) commit(recs ...wire.Record) error {
 	}
 	return nil
 }
+
+// flushDelay is how long the flusher lets records wait for a request to
+// append them. A request that replies waits for its records and appends
+// them itself, at once; the flusher is for the records no one waits for
+// (background work), so it only has to come eventually. Started at once,
+// it would take the append from under the request that is about to make
+// it, which then sleeps until the flusher is done: two thread switches
+// on every lone change.
+const flushDelay = time.Millisecond
 
 // flush appends queued records until the queue is empty, leaving the
 // appends to waiters that take them first.
@@ -125,7 +146,9 @@ func (p *partition) appendQueuedLocked() {
 	c.queue = nil
 	c.appending = true
 	c.mu.Unlock()
+	start := time.Now()
 	err := p.appendBatch(batch)
+	p.noteAppend(time.Since(start))
 	c.mu.Lock()
 	c.appending = false
 	if err != nil {
@@ -154,6 +177,23 @@ func (p *partition) appendBatch(batch [][]byte) error {
 	}
 	return p.log.Append(batch[start:]...)
 }
+
+// slowAppend is an append time past which a partition's appends count as
+// slow: a region on storage that msync writes back (a few hundred
+// microseconds or more), not memory (a few microseconds).
+const slowAppend = 200 * time.Microsecond
+
+// noteAppend folds the time of an append into the partition's average
+// (weight 1/8).
+func (p *partition) noteAppend(d time.Duration) {
+	avg := p.cm.appendAvg.Load()
+	p.cm.appendAvg.Store(avg + (int64(d)-avg)/8)
+}
+
+// slowAppends reports whether the partition's appends have been slow
+// lately: its changes then run on goroutines, not on RPC workers
+// (inline.go).
+func (p *partition) slowAppends() bool { return time.Duration(p.cm.appendAvg.Load()) > slowAppend }
 
 // applied is the sequence of the last commit applied.
 func (p *partition) applied() uint64 {

@@ -10,3 +10,14 @@ import (
 func (s *Service) HandleInline(ctx context.Context, c *rpc.Call) ([]byte, error) {
 	return s.handleInline(ctx, c)
 }
+
+// HoldPartition holds partition id's lock exclusively (loading it if need
+// be) until the returned function is called.
+func (s *Service) HoldPartition(ctx context.Context, id uint32) (release func(), ok bool) {
+	p, st := s.partition(ctx, id)
+	if st != 0 {
+		return nil, false
+	}
+	p.mu.Lock()
+	return p.mu.Unlock, true
+}

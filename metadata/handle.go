@@ -99,6 +99,11 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 	}
 	for {
 		e, first := s.dedup.begin(key, h.Seq, h.LowSeq, now)
+		if !first && !e.isDone() && mustNotWait(ctx) {
+			// A repeat of a request still running: wait for it
+			// on a goroutine.
+			return fail(wire.StatusNotReady)
+		}
 		if !first {
 			stored, err := e.await(ctx)
 			if err != nil {
@@ -117,7 +122,11 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 			continue
 		}
 		res := s.dispatchDurable(ctx, r, body)
-		s.dedup.finish(key, h.Seq, e, res.status, res.bytes(), final(res.status))
+		keep := final(res.status)
+		if a := inlineOf(ctx); a != nil && a.gaveUp {
+			keep = false // it changed nothing: the rerun answers
+		}
+		s.dedup.finish(key, h.Seq, e, res.status, res.bytes(), keep)
 		return res
 	}
 }
@@ -129,8 +138,10 @@ func (s *Service) serve(ctx context.Context, op wire.Op, h *wire.Header, body wi
 func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Body) result {
 	ctx, tk := withTouched(ctx)
 	res := s.dispatch(ctx, r, body)
-	if a := inlineOf(ctx); a != nil && !tk.durable() {
-		// Only an inline attempt asks: await would wait.
+	if a := inlineOf(ctx); a != nil && (a.gaveUp || !r.op.Mutating() && !tk.durable()) {
+		// A read-only inline attempt gives up rather than wait
+		// for what it read to be durable; one that changed the
+		// namespace appends its records below (inline.go).
 		a.gaveUp = true
 		return fail(wire.StatusNotReady)
 	}
@@ -153,6 +164,9 @@ func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Bod
 
 func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) result {
 	if isChangeOp(r.op) {
+		if s.roomFor(spaceChange) != wire.StatusOK && mustNotWait(ctx) {
+			return fail(wire.StatusNotReady) // reclaiming takes long
+		}
 		if st := s.roomToChange(); st != wire.StatusOK {
 			return fail(st)
 		}

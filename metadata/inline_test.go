@@ -2,6 +2,8 @@ package metadata_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -56,4 +58,96 @@ func TestInlineAttempt(t *testing.T) {
 	require.ErrorIs(t, err, rpc.ErrNotInline, "loading a partition is waited for")
 	out = n.Svc.Handle(ctx, uint16(wire.OpGetAttr), 0, getattr(ino, epoch).Payload)
 	require.Equal(t, wire.Status(syscall.ENOENT), status(out))
+}
+
+// TestInlineChange: a create, open and unlink that stay in one partition
+// of the node are served on the RPC worker, and a repeat gets the first
+// answer; one that would wait gives up (rpc.ErrNotInline) before it
+// changes anything: a new inode in another partition (another node must
+// be asked), or a partition lock someone else holds. Served normally, the
+// same requests succeed.
+func TestInlineChange(t *testing.T) {
+	c := metatest.Start(t, metatest.Config{})
+	cl := c.Client()
+	ctx := context.Background()
+	m := c.Maps.Current()
+	d, err := cl.Mkdir(ctx, wire.Cred{}, cluster.RootInode, "d", 0o777)
+	require.NoError(t, err)
+	part := cluster.PartitionOf(d.Ino)
+	node := c.Nodes[ownerIndex(c, d.Ino)]
+	name := func(local bool) string {
+		for i := 0; ; i++ {
+			n := fmt.Sprintf("f%d", i)
+			if (m.NewInodePartition(d.Ino, n, false) == part) == local {
+				if _, err := cl.Lookup(ctx, wire.Cred{}, d.Ino, n); errors.Is(err, syscall.ENOENT) {
+					return n
+				}
+			}
+		}
+	}
+	seq := uint64(0)
+	call := func(op wire.Op, body wire.Body) *rpc.Call {
+		seq++
+		h := wire.Header{Epoch: m.Epoch, ClientID: 7, Incarnation: 1, Seq: seq}
+		return &rpc.Call{Op: uint16(op), Payload: wire.EncodeRequest(op, &h, body)}
+	}
+	status := func(out []byte, reply wire.Body) wire.Status {
+		rh, err := wire.DecodeReply(out, reply)
+		require.NoError(t, err)
+		return rh.Status
+	}
+	exists := func(n string) bool {
+		_, err := cl.Lookup(ctx, wire.Cred{}, d.Ino, n)
+		if errors.Is(err, syscall.ENOENT) {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+
+	// One partition: served inline, and a repeat is answered alike.
+	local := name(true)
+	create := call(wire.OpCreate, &wire.MakeRequest{Parent: d.Ino, Name: local, Mode: wire.ModeRegular | 0o644})
+	var made wire.MakeReply
+	out, err := node.Svc.HandleInline(ctx, create)
+	require.NoError(t, err, "a create in the directory's partition needs no other node")
+	require.Equal(t, wire.StatusOK, status(out, &made))
+	require.True(t, exists(local))
+	out, err = node.Svc.HandleInline(ctx, create)
+	require.NoError(t, err)
+	require.Equal(t, wire.StatusOK, status(out, &wire.MakeReply{}), "a repeat gets the first answer, not EEXIST")
+
+	out, err = node.Svc.HandleInline(ctx, call(wire.OpOpen, &wire.OpenRequest{Ino: made.Attr.Ino, Flags: wire.OpenReadWrite}))
+	require.NoError(t, err)
+	require.Equal(t, wire.StatusOK, status(out, &wire.AttrReply{}))
+
+	// The partition's lock is held: give up, change nothing.
+	other := name(true)
+	release, ok := node.Svc.HoldPartition(ctx, part)
+	require.True(t, ok)
+	held := call(wire.OpCreate, &wire.MakeRequest{Parent: d.Ino, Name: other, Mode: wire.ModeRegular | 0o644})
+	_, err = node.Svc.HandleInline(ctx, held)
+	require.ErrorIs(t, err, rpc.ErrNotInline, "a held partition lock is waited for")
+	unlink := call(wire.OpUnlink, &wire.UnlinkRequest{Parent: d.Ino, Name: local})
+	_, err = node.Svc.HandleInline(ctx, unlink)
+	require.ErrorIs(t, err, rpc.ErrNotInline)
+	release()
+	require.False(t, exists(other))
+	require.True(t, exists(local))
+	require.Equal(t, wire.StatusOK, status(node.Svc.Handle(ctx, held.Op, 0, held.Payload), &wire.MakeReply{}))
+	require.True(t, exists(other))
+	out, err = node.Svc.HandleInline(ctx, unlink)
+	require.NoError(t, err, "the same unlink, once the lock is free")
+	require.Equal(t, wire.StatusOK, status(out, &wire.DirReply{}))
+	require.False(t, exists(local))
+
+	// Another partition: another node takes part. Give up, change nothing.
+	remote := name(false)
+	cross := call(wire.OpCreate, &wire.MakeRequest{Parent: d.Ino, Name: remote, Mode: wire.ModeRegular | 0o644})
+	owner := c.Nodes[ownerIndex(c, cluster.InodeNumber(m.NewInodePartition(d.Ino, remote, false), 1))]
+	_, err = owner.Svc.HandleInline(ctx, cross)
+	require.ErrorIs(t, err, rpc.ErrNotInline, "a create that needs another partition is not inline")
+	require.False(t, exists(remote))
+	require.Equal(t, wire.StatusOK, status(owner.Svc.Handle(ctx, cross.Op, 0, cross.Payload), &wire.MakeReply{}))
+	require.True(t, exists(remote))
 }

@@ -308,6 +308,9 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 	if trunc && n.isRegular() && !q.Reclaim {
 		rec := n.rec
 		rec.Mode = writeKillPrivs(&rec, r.cred)
+		if hasBlocksPast(&rec, 0) && stayLocal(ctx, p, true) {
+			return fail(wire.StatusNotReady) // the data service frees the blocks
+		}
 		if hasBlocksPast(&rec, 0) {
 			res = p.truncate(r, n, rec, 0)
 		} else {

@@ -133,6 +133,9 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 	if st != wire.StatusOK {
 		return fail(st)
 	}
+	if stayLocal(ctx, p, cluster.PartitionOf(q.Parent) != p.id) {
+		return fail(wire.StatusNotReady)
+	}
 	if st := s.roomToGrow(); st != wire.StatusOK {
 		return fail(st)
 	}
@@ -147,7 +150,9 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 	case wire.ModeChar, wire.ModeBlock:
 		rec.Rdev = q.Rdev
 	}
-	p.mu.Lock()
+	if !lockPartition(ctx, p) {
+		return fail(wire.StatusNotReady)
+	}
 	defer p.mu.Unlock()
 	var res result
 	if cluster.PartitionOf(q.Parent) == p.id {

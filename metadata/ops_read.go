@@ -44,7 +44,9 @@ func (s *Service) lockInode(ctx context.Context, ino, gen uint64) (*partition, *
 	if st != wire.StatusOK {
 		return nil, nil, st
 	}
-	p.mu.Lock()
+	if stayLocal(ctx, p, false) || !lockPartition(ctx, p) {
+		return nil, nil, wire.StatusNotReady
+	}
 	n, st := p.inodeExclusive(ctx, ino, gen, wire.TxnID{})
 	if st != wire.StatusOK {
 		p.mu.Unlock()

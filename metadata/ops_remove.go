@@ -16,7 +16,9 @@ func (s *Service) resolveEntry(ctx context.Context, c *wire.Cred, parent uint64,
 	if st != wire.StatusOK {
 		return 0, st
 	}
-	p.mu.RLock()
+	if !rlockPartition(ctx, p) {
+		return 0, wire.StatusNotReady
+	}
 	defer p.mu.RUnlock()
 	d, st := p.inodeShared(ctx, parent, 0)
 	switch {
@@ -65,7 +67,9 @@ func (s *Service) remove(ctx context.Context, r *request, q *wire.UnlinkRequest)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	b.mu.Lock()
+	if stayLocal(ctx, b, cluster.PartitionOf(q.Parent) != b.id) || !lockPartition(ctx, b) {
+		return fail(wire.StatusNotReady)
+	}
 	defer b.mu.Unlock()
 	var n *inode
 	for {

@@ -112,6 +112,9 @@ func (p *partition) broadcast() {
 // wait releases the exclusive lock, waits for a broadcast (or ctx), and
 // takes the lock again. It returns ctx's error if ctx ended.
 func (p *partition) wait(ctx context.Context) error {
+	if mustNotWait(ctx) {
+		return errWouldWait
+	}
 	ch := p.changed
 	p.mu.Unlock()
 	defer p.mu.Lock()
@@ -127,6 +130,9 @@ func (p *partition) wait(ctx context.Context) error {
 
 // rwait is wait for a holder of the shared lock.
 func (p *partition) rwait(ctx context.Context) error {
+	if mustNotWait(ctx) {
+		return errWouldWait
+	}
 	ch := p.changed
 	p.mu.RUnlock()
 	defer p.mu.RLock()
