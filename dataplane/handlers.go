@@ -203,6 +203,19 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 // quarantined any more, or after Quarantine. p.mu is held on entry and on
 // return, and released while it waits.
 func (s *Service) awaitSpace(ctx context.Context, p *partition, err error, allocate func() error) error {
+	if errors.Is(err, ErrNoSpace) {
+		// The allocation gave the region what other partitions had
+		// free, but not what partitions busy at the time had: once
+		// more, waiting for each.
+		p.mu.Unlock()
+		s.sweepEmpty(nil)
+		s.shrinkTails(nil)
+		p.mu.Lock()
+		if p.broken != nil {
+			return p.broken
+		}
+		err = allocate()
+	}
 	deadline := time.Now().Add(s.cfg.Quarantine + time.Second)
 	for errors.Is(err, ErrNoSpace) && time.Now().Before(deadline) && s.spaceComing(p) {
 		p.mu.Unlock()

@@ -52,6 +52,25 @@ func (p *pool) give(block, n uint64) {
 	p.nfree += n
 }
 
+// freeTail counts the free blocks at the end of the pool.
+func (p *pool) freeTail() uint64 {
+	var n uint64
+	for n < p.ext.Count && p.isFree(p.ext.End()-1-n) {
+		n++
+	}
+	return n
+}
+
+// shrink drops the pool's blocks past its first keep, which must be free.
+func (p *pool) shrink(keep uint64) {
+	p.nfree -= p.ext.Count - keep
+	p.ext.Count = keep
+	p.free = p.free[:(keep+63)/64]
+	if r := keep % 64; r != 0 {
+		p.free[len(p.free)-1] &= 1<<r - 1
+	}
+}
+
 // alloc takes up to n blocks as few runs as it can find, first fit from
 // the pool's start, and returns them.
 func (p *pool) alloc(n uint64) []pmem.Extent {

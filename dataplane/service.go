@@ -551,10 +551,13 @@ func (s *Service) allocBlocks(p *partition, n uint64) ([]pmem.Extent, error) {
 // partition's pooled blocks, between one chunk and maxPoolBlocks, so small
 // regions are not filled by a few partitions' first pools.
 func (s *Service) growPool(p *partition, need uint64) (uint64, error) {
-	return s.growPoolOnce(p, need, false)
+	return s.growPoolOnce(p, need, 0)
 }
 
-func (s *Service) growPoolOnce(p *partition, need uint64, retried bool) (uint64, error) {
+// growPoolOnce is growPool; when the region has no room, it first gives
+// the region the other partitions' empty pools (retried 0), then their
+// pools' free tails (retried 1), and tries again.
+func (s *Service) growPoolOnce(p *partition, need uint64, retried int) (uint64, error) {
 	var pooled uint64
 	for _, pl := range p.pools {
 		pooled += pl.ext.Count
@@ -585,14 +588,66 @@ func (s *Service) growPoolOnce(p *partition, need uint64, retried bool) (uint64,
 		p.pools = slices.Insert(p.pools, i, pl)
 		return ext.Count, nil
 	}
-	if !retried {
+	switch retried {
+	case 0:
 		// Other partitions may hold empty pools: give them back to the
-		// region and try once more.
+		// region and try again.
 		if s.sweepEmpty(p) > 0 {
-			return s.growPoolOnce(p, need, true)
+			return s.growPoolOnce(p, need, 1)
+		}
+		fallthrough
+	case 1:
+		// Their pools' free tails count as free in statfs too.
+		if s.shrinkTails(p) > 0 {
+			return s.growPoolOnce(p, need, 2)
 		}
 	}
 	return 0, fmt.Errorf("%w: partition %d needs %d more blocks", ErrNoSpace, p.id, need)
+}
+
+// shrinkTails gives the free blocks at the end of every pool of every
+// partition but held (whose lock the caller holds; nil for none; then
+// partitions busy now are skipped too) back to the region, and returns
+// how many pools it shrank. A
+// shrunk pool is exposed anew, so that clients holding keys for it fetch
+// new ones (the engine does on a remote access error); no client holds an
+// extent in a free block (quarantine).
+func (s *Service) shrinkTails(held *partition) int {
+	shrunk := 0
+	for _, p := range s.partitions() {
+		if p.broken != nil || p == held {
+			continue
+		}
+		if held != nil {
+			if !p.mu.TryLock() {
+				continue
+			}
+		} else {
+			p.mu.Lock()
+		}
+		s.expire(p)
+		for _, pl := range p.pools {
+			tail := pl.freeTail()
+			if tail == 0 || tail == pl.ext.Count {
+				continue // sweepEmpty frees an empty pool whole
+			}
+			keep := pl.ext.Count - tail
+			s.cfg.Export.Withdraw(s.span(pl.ext).Off)
+			kept, err := p.log.ShrinkPool(pl.ext, keep)
+			if err != nil {
+				s.log.Warn("shrinking a pool failed", "partition", p.id, "pool", pl.ext, "err", err)
+				s.cfg.Export.Expose(s.span(pl.ext))
+				continue
+			}
+			pl.shrink(keep)
+			if err := s.cfg.Export.Expose(s.span(kept)); err != nil {
+				s.log.Warn("exposing a shrunk pool failed", "partition", p.id, "pool", kept, "err", err)
+			}
+			shrunk++
+		}
+		p.mu.Unlock()
+	}
+	return shrunk
 }
 
 // Sweep ends quarantines that are over and frees pools that hold no block

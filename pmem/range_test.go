@@ -118,3 +118,47 @@ func TestDefaultGeometryScales(t *testing.T) {
 		})
 	}
 }
+
+// TestShrinkExtent: a record gives back the end of one of its extents and
+// keeps the rest in the same slot; an aborted shrink changes nothing.
+func TestShrinkExtent(t *testing.T) {
+	ctx := context.Background()
+	r := newMemRegion(t, 8<<20, FormatOptions{})
+	tx, err := r.Begin(ctx)
+	require.NoError(t, err)
+	id, err := tx.AllocRecord(1)
+	require.NoError(t, err)
+	a, err := tx.AllocExtent(id, 100)
+	require.NoError(t, err)
+	b, err := tx.AllocExtent(id, 10)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit())
+	used := r.Stats().BlocksUsed
+
+	tx, err = r.Begin(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, tx.ShrinkExtent(id, a, 0), ErrBadAddress)
+	require.ErrorIs(t, tx.ShrinkExtent(id, a, 100), ErrBadAddress)
+	require.ErrorIs(t, tx.ShrinkExtent(id, Extent{Start: a.Start, Count: 50}, 10), ErrBadAddress)
+	require.NoError(t, tx.ShrinkExtent(id, a, 40))
+	tx.Abort()
+	require.Equal(t, used, r.Stats().BlocksUsed, "aborted")
+	requireClean(t, r)
+
+	tx, err = r.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, tx.ShrinkExtent(id, a, 40))
+	require.NoError(t, tx.Commit())
+	require.Equal(t, used-60, r.Stats().BlocksUsed)
+	requireClean(t, r)
+
+	// The record owns the kept prefix and b: freeing both frees all.
+	tx, err = r.Begin(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, tx.FreeExtent(id, a), ErrBadAddress, "the old extent is gone")
+	require.NoError(t, tx.FreeExtent(id, Extent{Start: a.Start, Count: 40}))
+	require.NoError(t, tx.FreeExtent(id, b))
+	require.NoError(t, tx.Commit())
+	require.Equal(t, used-110, r.Stats().BlocksUsed)
+	requireClean(t, r)
+}

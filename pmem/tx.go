@@ -428,6 +428,32 @@ func (tx *Tx) FreeExtent(owner RecordID, e Extent) (err error) {
 	return tx.log(logEntry{op: opSet, off: tx.r.recordOff(owner), val: encodeHeaderWord0(h.Kind, last)})
 }
 
+// ShrinkExtent releases the blocks of extent e owned by record owner past
+// its first keep (0 < keep < e.Count): the record then owns
+// [e.Start, e.Start+keep) in e's slot. e must be exactly one of the
+// owner's extents.
+func (tx *Tx) ShrinkExtent(owner RecordID, e Extent, keep uint64) (err error) {
+	if err := tx.check(); err != nil {
+		return err
+	}
+	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
+	h, err := tx.liveHeader(owner)
+	if err != nil {
+		return err
+	}
+	at := slices.Index(h.Extents, e)
+	if at < 0 {
+		return fmt.Errorf("%w: record %d does not own %v", ErrBadAddress, owner, e)
+	}
+	if keep == 0 || keep >= e.Count {
+		return fmt.Errorf("%w: keeping %d blocks of %v", ErrBadAddress, keep, e)
+	}
+	if err := tx.freeBlocks(Extent{Start: e.Start + keep, Count: e.Count - keep}); err != nil {
+		return err
+	}
+	return tx.logExtentSlot(owner, at, Extent{Start: e.Start, Count: keep})
+}
+
 // liveHeader reads record id's header as this transaction leaves it; the
 // record must be allocated.
 func (tx *Tx) liveHeader(id RecordID) (recordHeader, error) {

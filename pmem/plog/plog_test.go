@@ -528,3 +528,40 @@ func TestSegmentFitsFragmentedRegion(t *testing.T) {
 	require.Len(t, replayAll(t, l), 40)
 	requireClean(t, r)
 }
+
+// TestShrinkPool: a pool gives the blocks past a prefix back to the
+// region in one transaction, and keeps the prefix across a restart (the
+// chunk service gives other partitions' free pool tails to a full
+// region's allocations).
+func TestShrinkPool(t *testing.T) {
+	o := plog.Options{PoolBlocks: 16}
+	r, m := newRegion(t, 8<<20, pmem.FormatOptions{})
+	s, err := plog.Open(r, o)
+	require.NoError(t, err)
+	l, err := s.Log(id1)
+	require.NoError(t, err)
+	p, err := l.AllocPool(100)
+	require.NoError(t, err)
+	used := r.Stats().BlocksUsed
+	for _, bad := range []uint64{0, 100, 101} {
+		_, err := l.ShrinkPool(p, bad)
+		require.ErrorIs(t, err, pmem.ErrBadAddress, "keeping %d of 100 blocks", bad)
+		require.Equal(t, []pmem.Extent{p}, l.Pools(), "a refused shrink keeps the pool")
+	}
+	kept, err := l.ShrinkPool(p, 30)
+	require.NoError(t, err)
+	require.Equal(t, pmem.Extent{Start: p.Start, Count: 30}, kept)
+	require.Equal(t, []pmem.Extent{kept}, l.Pools())
+	require.Equal(t, used-70, r.Stats().BlocksUsed)
+	_, err = l.ShrinkPool(p, 10)
+	require.ErrorIs(t, err, plog.ErrNotFound, "the old extent is no pool any more")
+	requireClean(t, r)
+
+	r2, s2 := reopen(t, m, o)
+	l2, err := s2.Log(id1)
+	require.NoError(t, err)
+	require.Equal(t, []pmem.Extent{kept}, l2.Pools())
+	require.Equal(t, used-70, r2.Stats().BlocksUsed)
+	require.NoError(t, l2.FreePool(kept))
+	requireClean(t, r2)
+}

@@ -94,3 +94,42 @@ func (l *Log) FreePool(e pmem.Extent) error {
 	}
 	return nil
 }
+
+// ShrinkPool gives the blocks of pool e past its first blocks back to the
+// region (0 < blocks < e.Count), in one transaction, and returns the pool
+// that remains. The blocks given back must hold nothing the log's user
+// still needs.
+func (l *Log) ShrinkPool(e pmem.Extent, blocks uint64) (pmem.Extent, error) {
+	l.rw.RLock()
+	defer l.rw.RUnlock()
+	l.mu.Lock()
+	id, ok := l.pools[e]
+	if ok {
+		delete(l.pools, e) // claimed: a concurrent FreePool or ShrinkPool of e fails
+	}
+	deleted := l.deleted
+	l.mu.Unlock()
+	switch {
+	case deleted:
+		return e, l.errDeleted()
+	case !ok:
+		return e, fmt.Errorf("%w: %v has no pool %v", ErrNotFound, l.id, e)
+	}
+	kept := pmem.Extent{Start: e.Start, Count: blocks}
+	tx, err := l.s.r.Begin(context.Background())
+	if err == nil {
+		defer tx.Abort()
+		err = tx.ShrinkExtent(id, e, blocks)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.pools[e] = id
+		return e, l.s.wrap(err, "%v: shrinking pool %v to %d blocks", l.id, e, blocks)
+	}
+	l.pools[kept] = id
+	return kept, nil
+}
