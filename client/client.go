@@ -34,6 +34,9 @@ type Client struct {
 	// fresh keeps directories' attributes after creations in them
 	// (KeepDirsAfterCreate); dropAttrs drops both caches.
 	fresh *freshDirs
+	// mapsAsOf: the data version each file's cached extent maps were
+	// last checked against at an open (keepMaps).
+	mapsAsOf dataVersions
 
 	// writeBehind is the write-behind buffer's size (SetWriteBehind);
 	// behind counts the bytes kept behind over all open inodes.

@@ -204,6 +204,7 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 	}
 	flags &^= syscall.O_CREAT | syscall.O_EXCL
 	var a Attr
+	gen := c.fresh.gen(ino)
 	if oi := c.opens.get(ino); oi != nil && flags&syscall.O_TRUNC != 0 {
 		// Truncating a file this client has open: as SetAttr does, its
 		// unflushed writes go first (a write kept behind must not land
@@ -224,6 +225,11 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 	if flags&syscall.O_TRUNC != 0 {
 		c.dropAttrs(ino)
 		c.truncated(ino, true)
+	} else {
+		// The owner's attributes as of the open: the kernel asks
+		// for them right after (fstat, or its own close-to-open
+		// check), and they are as fresh as the open.
+		c.fresh.put(ino, a, gen)
 	}
 	return c.newFile(cred, a, flags), nil
 }
@@ -251,12 +257,60 @@ func (c *Client) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int) 
 // newFile makes the File of an open the owner has registered.
 func (c *Client) newFile(cred Cred, a Attr, flags int) *File {
 	f := &File{c: c, cred: cred, flags: flags &^ syscall.O_TRUNC, lockOwner: c.nextOwner.Add(1) | 1<<63}
-	if _, first := c.opens.acquire(a, f); first {
-		// Extent maps cached from an earlier open may miss blocks other
-		// clients allocated since: close-to-open starts afresh.
+	c.opens.acquire(a, f)
+	if !c.mapsAsOf.unchanged(a) {
+		// Extent maps cached before may miss blocks other clients
+		// allocated since, or name blocks they freed: close-to-open
+		// starts afresh, at every open (another may be open here).
 		c.data.Forget(a.Ino)
 	}
 	return f
+}
+
+// dataVersions remembers, per file, its data version (dataVersionOf) at
+// the last open, bounded to dataVersionsMax files.
+//
+// Close-to-open lets an open keep the extent maps cached before it when
+// the file's data cannot have changed since: every change of a file's
+// blocks by any client ends in a commit at the inode's owner that moves
+// its mtime or ctime (write, truncate, fallocate, punch), and the open's
+// reply comes from that owner. The version is recorded before the maps of
+// this open are fetched, so maps are never newer than the version they
+// are kept under is old. Keeping them is safe against reuse too: cached
+// extents hold a lease, and an owner reuses no block a lease covers.
+type dataVersions struct {
+	mu sync.Mutex
+	m  map[uint64]dataVersion
+}
+
+const dataVersionsMax = 1 << 14
+
+type dataVersion struct {
+	gen, size, blocks uint64
+	mtime, ctime      int64
+}
+
+func dataVersionOf(a Attr) dataVersion {
+	return dataVersion{a.Gen, a.Size, a.Blocks, a.Mtime.UnixNano(), a.Ctime.UnixNano()}
+}
+
+// unchanged records a's data version and reports whether it is the one
+// recorded before.
+func (d *dataVersions) unchanged(a Attr) bool {
+	v := dataVersionOf(a)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old, ok := d.m[a.Ino]; ok && old == v {
+		return true
+	}
+	if d.m == nil {
+		d.m = make(map[uint64]dataVersion)
+	}
+	if len(d.m) >= dataVersionsMax {
+		clear(d.m)
+	}
+	d.m[a.Ino] = v
+	return false
 }
 
 // Ino is the file's inode number.

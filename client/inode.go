@@ -63,7 +63,7 @@ func (c *Client) Lookup(ctx context.Context, cred Cred, parent uint64, name stri
 // and not yet flushed, the size and mtime include those writes.
 func (c *Client) GetAttr(ctx context.Context, cred Cred, ino uint64) (Attr, error) {
 	if a, ok := c.fresh.take(ino); ok {
-		return a, nil
+		return c.opens.overlay(a), nil
 	}
 	if a, ok := c.attrs.get(ino); ok {
 		return c.opens.overlay(a), nil

@@ -173,7 +173,9 @@ func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
 // (relatime) and a stat right after it shows the new atime, though the
 // kernel cached the attributes before the read; then a loop of
 // open-read-close costs no atime RPC at all: one per modification (or
-// day), never one per read. A listing is opendir (the open and the first
+// day), never one per read, no getattr (the open's reply has the
+// attributes) and no extent map request after the first (the file did
+// not change). A listing is opendir (the open and the first
 // page in one RPC) and the release; its atime update is one more RPC
 // only when due.
 func TestReadsUpdateAtimeOnce(t *testing.T) {
@@ -213,6 +215,16 @@ func TestReadsUpdateAtimeOnce(t *testing.T) {
 	after := c.Stats().RPCs
 	if got := after["touch-atime"] - before["touch-atime"]; got != 1 {
 		t.Errorf("%d open-read-close loops sent %d atime updates, want 1", loops, got)
+	}
+	if got := after["getattr"] - before["getattr"]; got > 2 {
+		// The open's reply carries the attributes: the kernel's
+		// fstat after it costs no request of its own.
+		t.Errorf("%d open-read-close loops sent %d getattrs, want at most 2", loops, got)
+	}
+	if got := after["map"] - before["map"]; got > 2 {
+		// The file did not change: each open keeps the extent maps
+		// the first read fetched (close-to-open, client.dataVersions).
+		t.Errorf("%d open-read-close loops of an unchanged file sent %d map requests, want at most 2", loops, got)
 	}
 	var total uint64
 	for op, n := range after {
