@@ -30,8 +30,11 @@ import (
 // before, so that a worker never sits in msync.
 
 // inlineOps are the read-only ops tried inline.
+// OpReadDir is one of them: a listing that is due to update the
+// directory's atime gives up before it does.
 var inlineOps = []wire.Op{wire.OpNull, wire.OpLookup, wire.OpGetAttr, wire.OpReadlink,
-	wire.OpStatFS, wire.OpGetXattr, wire.OpListXattr, wire.OpAccess, wire.OpKeepAlive, wire.OpGetParent}
+	wire.OpStatFS, wire.OpGetXattr, wire.OpListXattr, wire.OpAccess, wire.OpKeepAlive, wire.OpGetParent,
+	wire.OpReadDir}
 
 // inlineChanges are the ops that change the namespace tried inline.
 var inlineChanges = []wire.Op{wire.OpCreate, wire.OpMkdir, wire.OpSymlink, wire.OpUnlink, wire.OpRmdir, wire.OpOpen}

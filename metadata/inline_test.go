@@ -61,8 +61,8 @@ func TestInlineAttempt(t *testing.T) {
 }
 
 // TestInlineChange: a create, open and unlink that stay in one partition
-// of the node are served on the RPC worker, and a repeat gets the first
-// answer; one that would wait gives up (rpc.ErrNotInline) before it
+// of the node, and a listing, are served on the RPC worker, and a repeat
+// gets the first answer; one that would wait gives up (rpc.ErrNotInline) before it
 // changes anything: a new inode in another partition (another node must
 // be asked), or a partition lock someone else holds. Served normally, the
 // same requests succeed.
@@ -150,4 +150,19 @@ func TestInlineChange(t *testing.T) {
 	require.False(t, exists(remote))
 	require.Equal(t, wire.StatusOK, status(owner.Svc.Handle(ctx, cross.Op, 0, cross.Payload), &wire.MakeReply{}))
 	require.True(t, exists(remote))
+
+	// A listing is read-only unless it is due to update the directory's
+	// atime (relatime: d changed since its last listing): then it gives
+	// up before the update, which the normal run makes.
+	list := call(wire.OpReadDir, &wire.ReadDirRequest{Ino: d.Ino})
+	_, err = node.Svc.HandleInline(ctx, list)
+	require.ErrorIs(t, err, rpc.ErrNotInline, "a listing that updates atime is not inline")
+	var page wire.ReadDirReply
+	require.Equal(t, wire.StatusOK, status(node.Svc.Handle(ctx, list.Op, 0, list.Payload), &page))
+	require.Len(t, page.Entries, 2)
+	out, err = node.Svc.HandleInline(ctx, list)
+	require.NoError(t, err, "the next listing changes nothing")
+	page = wire.ReadDirReply{}
+	require.Equal(t, wire.StatusOK, status(out, &page))
+	require.Len(t, page.Entries, 2)
 }

@@ -187,13 +187,20 @@ func (s *Service) readdir(ctx context.Context, r *request, q *wire.ReadDirReques
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	p.mu.RLock()
+	if !rlockPartition(ctx, p) {
+		return fail(wire.StatusNotReady)
+	}
 	rep, due, st := s.readdirShared(ctx, p, r, q)
 	p.mu.RUnlock()
 	if st != wire.StatusOK {
 		return fail(st)
 	}
 	if due {
+		if mustNotWait(ctx) {
+			// The atime update changes the directory: not
+			// inline (inline.go).
+			return fail(wire.StatusNotReady)
+		}
 		p.listedDir(q.Ino)
 	}
 	return ok(rep)
