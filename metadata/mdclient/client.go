@@ -166,8 +166,13 @@ func partitionOf(ino uint64) target { return target{partition: cluster.Partition
 // inode the server named and returns where to go next), map refreshes.
 func (c *Client) call(ctx context.Context, op wire.Op, cred wire.Cred, to target, body, reply wire.Body,
 	redirect func(ino uint64) target) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.OpTimeout)
-	defer cancel()
+	if d, ok := ctx.Deadline(); !ok || time.Until(d) > c.cfg.OpTimeout {
+		// (The client library's callers come with the bound
+		// already: no second timer.)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.OpTimeout)
+		defer cancel()
+	}
 	seq, _ := c.begin()
 	defer c.end(seq)
 	backoff := time.Millisecond
