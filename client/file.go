@@ -358,14 +358,37 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, nil
 	}
 	n := int(min(uint64(len(p)), size-uint64(off)))
+	var touched chan struct{}
+	if f.atimeDue() {
+		// The atime update goes to the inode's owner while the
+		// bytes come from the chunks' owners: one round trip for
+		// both, not two in a row.
+		touched = make(chan struct{})
+		go func() {
+			defer close(touched)
+			f.touchAtime(octx)
+		}()
+	}
 	err = f.c.data.ReadAt(octx, f.oi.ino, p[:n], uint64(off))
+	if touched != nil {
+		<-touched
+	}
 	if err != nil {
 		return 0, f.c.fail(ctx, "read", err)
 	}
-	if f.flags&syscall.O_NOATIME == 0 {
-		f.touchAtime(octx)
-	}
 	return n, nil
+}
+
+// atimeDue reports whether a read through f is to update atime
+// (touchAtime), or wait for an update under way.
+func (f *File) atimeDue() bool {
+	if f.flags&syscall.O_NOATIME != 0 {
+		return false
+	}
+	oi := f.oi
+	oi.mu.Lock()
+	defer oi.mu.Unlock()
+	return oi.touching != nil || oi.relatimeDue(f.c.cfg.Now())
 }
 
 // touchAtime asks the owner to update atime after a read, when
