@@ -26,6 +26,8 @@ type dataConn struct {
 
 	// slots bounds the work requests outstanding on the send queue.
 	slots chan struct{}
+	// taking is held by the post taking slots (see acquire).
+	taking chan struct{}
 
 	pollMu   sync.Mutex
 	pollTurn chan struct{}
@@ -54,7 +56,7 @@ var errConnLost = errors.New("dpclient: data connection lost")
 
 func newDataConn(node cluster.NodeID, conn *rdma.Conn, cq rdma.CQ, grant dataplane.Grant, depth int) *dataConn {
 	c := &dataConn{node: node, conn: conn, cq: cq, grant: grant, slots: make(chan struct{}, depth),
-		pollTurn: make(chan struct{}, 1), pending: make(map[uint64]*request)}
+		taking: make(chan struct{}, 1), pollTurn: make(chan struct{}, 1), pending: make(map[uint64]*request)}
 	c.pollCtx, c.pollCancel = context.WithCancel(context.Background())
 	go func() {
 		select {
@@ -74,14 +76,8 @@ func (c *dataConn) post(ctx context.Context, wrs []rdma.SendWR) (*request, error
 	if len(wrs) > cap(c.slots) {
 		return nil, fmt.Errorf("dpclient: %d work requests in one request, the queue holds %d", len(wrs), cap(c.slots))
 	}
-	for range wrs {
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-c.pollCtx.Done():
-			return nil, c.failure()
-		}
+	if err := c.acquire(ctx, len(wrs)); err != nil {
+		return nil, err
 	}
 	r := &request{nwr: len(wrs), done: make(chan struct{})}
 	c.mu.Lock()
@@ -110,6 +106,36 @@ func (c *dataConn) post(ctx context.Context, wrs []rdma.SendWR) (*request, error
 		return nil, r.err
 	}
 	return r, nil
+}
+
+// acquire takes n slots, one post at a time, and none if it fails. Posts
+// taking slots in turn could each hold part of the queue and wait for the
+// rest, which only posted requests give back: with none posted, they
+// waited for each other until their contexts ended, and returned without
+// giving back what they held, so that every later post on the connection
+// waited in vain (the mount hung on a fragmented file: two 1 MiB writes of
+// over 128 extents each).
+func (c *dataConn) acquire(ctx context.Context, n int) error {
+	select {
+	case c.taking <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.pollCtx.Done():
+		return c.failure()
+	}
+	defer func() { <-c.taking }()
+	for i := range n {
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			c.release(i)
+			return ctx.Err()
+		case <-c.pollCtx.Done():
+			c.release(i)
+			return c.failure()
+		}
+	}
+	return nil
 }
 
 func (c *dataConn) release(n int) {

@@ -3,12 +3,15 @@ package dpclient_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/octofs/octofs/dataplane/dpclient"
 	"github.com/octofs/octofs/dataplane/dptest"
 	"github.com/octofs/octofs/dataplane/wire"
 )
@@ -194,4 +197,55 @@ func TestPartialWriteAfterPunchAndRewrite(t *testing.T) {
 	e.Forget(ino)
 	require.NoError(t, e.ReadAt(ctx, ino, got, 0))
 	require.Equal(t, -1, firstDiff(got, want), "read after the persist")
+}
+
+// TestConcurrentRequestsNeverStarveTheQueue: requests of several work
+// requests each (reads of fragmented files), from several goroutines at
+// once, on a queue of 8. Before, two posts could each take part of the
+// queue and wait for the rest until their contexts ended, then return
+// without giving their part back: every later I/O to the node waited in
+// vain, and the mount hung.
+func TestConcurrentRequestsNeverStarveTheQueue(t *testing.T) {
+	c := dptest.New(t, dptest.Options{Nodes: 1, Partitions: 1})
+	ctx := testCtx(t)
+	const files, blocks = 4, 12
+	// Blocks of the files in turn, from the end (no allocation ahead):
+	// each file's extents alternate with the others'.
+	w := c.NewEngine()
+	block := make([]byte, 4096)
+	for b := blocks - 1; b >= 0; b-- {
+		for f := range files {
+			block[0] = byte(f)
+			require.NoError(t, w.WriteAt(ctx, uint64(10+f), block, uint64(b*4096)))
+		}
+	}
+	for f := range files {
+		require.NoError(t, w.Persist(ctx, uint64(10+f)))
+	}
+	e := c.NewEngine(func(cfg *dpclient.Config) { cfg.Depth = 8 })
+	var wg sync.WaitGroup
+	errs := make(chan error, files)
+	for f := range files {
+		wg.Go(func() {
+			got := make([]byte, 6*4096) // 6 work requests
+			for i := range 200 {
+				octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := e.ReadAt(octx, uint64(10+f), got, uint64(i%6)*4096)
+				cancel()
+				if err != nil {
+					errs <- fmt.Errorf("file %d, read %d: %w", f, i, err)
+					return
+				}
+				if got[0] != byte(f) {
+					errs <- fmt.Errorf("file %d, read %d: byte %d", f, i, got[0])
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
