@@ -772,3 +772,34 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestClusterStatAfterAnotherOpenCommits: the attributes an open answers
+// (kept for the kernel's getattr after it) must not outlive a commit of
+// this client's writes. Write through one open, open the file again
+// (its owner still has size 0), close that open (which commits the
+// writes): a stat shows the written size, not the second open's 0.
+func TestClusterStatAfterAnotherOpenCommits(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	c.KeepDirsAfterCreate(time.Minute)
+	ctx := context.Background()
+	root := client.Cred{}
+	a, f, err := c.Create(ctx, root, cluster.RootInode, "f", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(ctx)
+	if _, err := f.WriteAt(ctx, make([]byte, 5000), 0); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.Open(ctx, root, a.Ino, syscall.O_RDONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.GetAttr(ctx, root, a.Ino)
+	if err != nil || got.Size != 5000 {
+		t.Fatalf("stat after the second open's close: size %d, %v; want 5000", got.Size, err)
+	}
+}

@@ -591,6 +591,10 @@ func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
 	oi.dirty = false
 	oi.size = a.Size
 	oi.learn(a)
+	// What an open answered before this commit (freshDirs) is older
+	// than the size and mtime it set, and an open under way may
+	// answer older still: void both.
+	c.fresh.drop(oi.ino)
 	c.attrs.put(oi.ino, a)
 	return nil
 }
