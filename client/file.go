@@ -32,6 +32,11 @@ type openInode struct {
 	size uint64
 	// dirty is set by a write and cleared by the commit that follows it.
 	dirty bool
+	// committed is the owner's answer to this client's last commit or
+	// size change of the inode: an answer about the inode that crossed
+	// it (asked before, answered after) is older and must not undo it
+	// (newer).
+	committed Attr
 	// grew is set by a write past the size, for the whole life of the
 	// open inode: its last close then has the blocks allocated ahead of
 	// the writes freed (a file rewritten in place keeps them, and does
@@ -68,6 +73,15 @@ func (oi *openInode) learn(a Attr) {
 	oi.atime, oi.mtime0, oi.ctime = a.Atime, a.Mtime, a.Ctime
 }
 
+// newer returns a, with the size and times of oi.committed if a is
+// older than them (by the owner's ctime). oi.mu is held.
+func (oi *openInode) newer(a Attr) Attr {
+	if c := oi.committed; c.Ino != 0 && a.Ctime.Before(c.Ctime) {
+		a.Size, a.Blocks, a.Mtime, a.Ctime = c.Size, c.Blocks, c.Mtime, c.Ctime
+	}
+	return a
+}
+
 // relatimeDue reports whether a read at now should ask the owner to
 // update atime, by relatime's rule on the times this client knows.
 // oi.mu is held.
@@ -93,6 +107,7 @@ func (t *openTable) acquire(a Attr, f *File) (*openInode, bool) {
 	// Close-to-open: the size the owner reports at open covers every
 	// other client's closed writes. This client's own uncommitted writes
 	// may reach further.
+	a = oi.newer(a)
 	if oi.dirty {
 		oi.size = max(oi.size, a.Size)
 	} else {
@@ -156,6 +171,7 @@ func (t *openTable) overlay(a Attr) Attr {
 	}
 	oi.mu.Lock()
 	defer oi.mu.Unlock()
+	a = oi.newer(a)
 	oi.learn(a)
 	if oi.dirty {
 		a.Size = max(a.Size, oi.size)
@@ -212,7 +228,7 @@ func (c *Client) Open(ctx context.Context, cred Cred, ino uint64, flags int) (*F
 		oi.mu.Lock()
 		if err = c.flushLocked(octx, oi); err == nil {
 			if a, err = c.ns.Open(octx, cred, ino, flags); err == nil {
-				oi.size = a.Size
+				oi.size, oi.committed = a.Size, a
 			}
 		}
 		oi.mu.Unlock()
@@ -589,7 +605,7 @@ func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
 		return err
 	}
 	oi.dirty = false
-	oi.size = a.Size
+	oi.size, oi.committed = a.Size, a
 	oi.learn(a)
 	// What an open answered before this commit (freshDirs) is older
 	// than the size and mtime it set, and an open under way may

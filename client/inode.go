@@ -102,7 +102,7 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 		oi.mu.Lock()
 		if err = c.flushLocked(octx, oi); err == nil {
 			if a, err = c.ns.SetAttr(octx, cred, ino, in); err == nil {
-				oi.size = a.Size
+				oi.size, oi.committed = a.Size, a
 				c.truncated(ino, in.Valid&SetSize != 0)
 			}
 		}
