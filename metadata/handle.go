@@ -164,10 +164,7 @@ func (s *Service) dispatchDurable(ctx context.Context, r *request, body wire.Bod
 
 func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) result {
 	if isChangeOp(r.op) {
-		if s.roomFor(spaceChange) != wire.StatusOK && mustNotWait(ctx) {
-			return fail(wire.StatusNotReady) // reclaiming takes long
-		}
-		if st := s.roomToChange(); st != wire.StatusOK {
+		if st := s.roomToChange(ctx); st != wire.StatusOK {
 			return fail(st)
 		}
 	}

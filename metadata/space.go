@@ -69,10 +69,14 @@ func (s *Service) roomToGrow() wire.Status { return s.roomFor(spaceGrow) }
 
 // roomToChange is roomFor(spaceChange); when that finds no room, it
 // rewrites the logs that are mostly history before it answers ENOSPC,
-// so that removals on a full file system make progress.
-func (s *Service) roomToChange() wire.Status {
+// so that removals on a full file system make progress. An inline
+// attempt gives up instead (StatusNotReady): a rewrite takes long.
+func (s *Service) roomToChange(ctx context.Context) wire.Status {
 	if st := s.roomFor(spaceChange); st == wire.StatusOK {
 		return st
+	}
+	if mustNotWait(ctx) {
+		return wire.StatusNotReady
 	}
 	s.reclaimMu.Lock()
 	s.reclaim()
