@@ -45,8 +45,10 @@ type committer struct {
 	busy    bool
 	flusher *time.Timer // runs flush flushDelay after it is armed
 	// appendAvg: a moving average of append times, in nanoseconds
-	// (noteAppend); written under appending, read by anyone.
-	appendAvg atomic.Int64
+	// (noteAppend); appendStart: when the append under way began, in
+	// Unix nanoseconds, 0 for none. Written under appending, read by
+	// anyone (slowAppends).
+	appendAvg, appendStart atomic.Int64
 	// appending: the flusher or a waiter (awaitDurable) is
 	// appending a batch; one at a time, so that the log's order is the
 	// queue's.
@@ -147,7 +149,9 @@ func (p *partition) appendQueuedLocked() {
 	c.appending = true
 	c.mu.Unlock()
 	start := time.Now()
+	c.appendStart.Store(start.UnixNano())
 	err := p.appendBatch(batch)
+	c.appendStart.Store(0)
 	p.noteAppend(time.Since(start))
 	c.mu.Lock()
 	c.appending = false
@@ -191,9 +195,16 @@ func (p *partition) noteAppend(d time.Duration) {
 }
 
 // slowAppends reports whether the partition's appends have been slow
-// lately: its changes then run on goroutines, not on RPC workers
-// (inline.go).
-func (p *partition) slowAppends() bool { return time.Duration(p.cm.appendAvg.Load()) > slowAppend }
+// lately, or the one under way is (a disk that stopped answering
+// msync): its changes then run on goroutines, not on RPC workers
+// (inline.go), which would wait for that append.
+func (p *partition) slowAppends() bool {
+	if time.Duration(p.cm.appendAvg.Load()) > slowAppend {
+		return true
+	}
+	start := p.cm.appendStart.Load()
+	return start != 0 && time.Since(time.Unix(0, start)) > slowAppend
+}
 
 // applied is the sequence of the last commit applied.
 func (p *partition) applied() uint64 {

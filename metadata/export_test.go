@@ -3,6 +3,7 @@ package metadata
 import (
 	"context"
 
+	"github.com/octofs/octofs/metadata/wire"
 	"github.com/octofs/octofs/rdma/rpc"
 )
 
@@ -15,7 +16,7 @@ func (s *Service) HandleInline(ctx context.Context, c *rpc.Call) ([]byte, error)
 // be) until the returned function is called.
 func (s *Service) HoldPartition(ctx context.Context, id uint32) (release func(), ok bool) {
 	p, st := s.partition(ctx, id)
-	if st != 0 {
+	if st != wire.StatusOK {
 		return nil, false
 	}
 	p.mu.Lock()
