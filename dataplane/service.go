@@ -606,26 +606,14 @@ func (s *Service) growPoolOnce(p *partition, need uint64, retried int) (uint64, 
 }
 
 // shrinkTails gives the free blocks at the end of every pool of every
-// partition but held (whose lock the caller holds; nil for none; then
-// partitions busy now are skipped too) back to the region, and returns
-// how many pools it shrank. A
-// shrunk pool is exposed anew, so that clients holding keys for it fetch
-// new ones (the engine does on a remote access error); no client holds an
-// extent in a free block (quarantine).
+// partition but held back to the region (see othersLocked for held),
+// and returns how many pools it shrank. A shrunk pool is exposed anew,
+// so that clients holding keys for it fetch new ones (the engine does on
+// a remote access error); no client holds an extent in a free block
+// (quarantine).
 func (s *Service) shrinkTails(held *partition) int {
 	shrunk := 0
-	for _, p := range s.partitions() {
-		if p.broken != nil || p == held {
-			continue
-		}
-		if held != nil {
-			if !p.mu.TryLock() {
-				continue
-			}
-		} else {
-			p.mu.Lock()
-		}
-		s.expire(p)
+	s.othersLocked(held, func(p *partition) {
 		for _, pl := range p.pools {
 			tail := pl.freeTail()
 			if tail == 0 || tail == pl.ext.Count {
@@ -645,9 +633,31 @@ func (s *Service) shrinkTails(held *partition) int {
 			}
 			shrunk++
 		}
+	})
+	return shrunk
+}
+
+// othersLocked calls fn for every partition but held (whose lock the
+// caller holds; nil for none) and the broken ones, under the
+// partition's lock and after its quarantines that are over ended. With
+// a held partition, partitions busy now are skipped: waiting for their
+// locks could deadlock with a holder waiting for held's.
+func (s *Service) othersLocked(held *partition, fn func(p *partition)) {
+	for _, p := range s.partitions() {
+		if p.broken != nil || p == held {
+			continue
+		}
+		if held != nil {
+			if !p.mu.TryLock() {
+				continue
+			}
+		} else {
+			p.mu.Lock()
+		}
+		s.expire(p)
+		fn(p)
 		p.mu.Unlock()
 	}
-	return shrunk
 }
 
 // Sweep ends quarantines that are over and frees pools that hold no block
@@ -663,24 +673,12 @@ func (s *Service) Sweep() {
 	s.collectAll(ctx)
 }
 
-// sweepEmpty sweeps every partition but held (whose lock the caller
-// holds; nil for none; then partitions busy now are skipped too), and
-// returns how many pools it freed.
+// sweepEmpty frees the pools that hold no block of every partition but
+// held (see othersLocked for held), and returns how many it freed. The
+// caller counts held's free blocks: its pools stay.
 func (s *Service) sweepEmpty(held *partition) int {
 	freed := 0
-	for _, p := range s.partitions() {
-		// The caller counts held's free blocks: its pools stay.
-		if p.broken != nil || p == held {
-			continue
-		}
-		if held != nil {
-			if !p.mu.TryLock() {
-				continue
-			}
-		} else {
-			p.mu.Lock()
-		}
-		s.expire(p)
+	s.othersLocked(held, func(p *partition) {
 		keep := p.pools[:0]
 		for _, pl := range p.pools {
 			if pl.nfree == pl.ext.Count && pl.quarantined == 0 {
@@ -698,8 +696,7 @@ func (s *Service) sweepEmpty(held *partition) int {
 		}
 		clear(p.pools[len(keep):])
 		p.pools = keep
-		p.mu.Unlock()
-	}
+	})
 	return freed
 }
 
