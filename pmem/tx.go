@@ -404,13 +404,9 @@ func (tx *Tx) FreeExtent(owner RecordID, e Extent) (err error) {
 		return err
 	}
 	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
-	h, err := tx.liveHeader(owner)
+	h, at, err := tx.ownedExtent(owner, e)
 	if err != nil {
 		return err
-	}
-	at := slices.Index(h.Extents, e)
-	if at < 0 {
-		return fmt.Errorf("%w: record %d does not own %v", ErrBadAddress, owner, e)
 	}
 	if err := tx.freeBlocks(e); err != nil {
 		return err
@@ -437,13 +433,9 @@ func (tx *Tx) ShrinkExtent(owner RecordID, e Extent, keep uint64) (err error) {
 		return err
 	}
 	defer tx.r.guardRead(&err, debug.SetPanicOnFault(true))
-	h, err := tx.liveHeader(owner)
+	_, at, err := tx.ownedExtent(owner, e)
 	if err != nil {
 		return err
-	}
-	at := slices.Index(h.Extents, e)
-	if at < 0 {
-		return fmt.Errorf("%w: record %d does not own %v", ErrBadAddress, owner, e)
 	}
 	if keep == 0 || keep >= e.Count {
 		return fmt.Errorf("%w: keeping %d blocks of %v", ErrBadAddress, keep, e)
@@ -452,6 +444,21 @@ func (tx *Tx) ShrinkExtent(owner RecordID, e Extent, keep uint64) (err error) {
 		return err
 	}
 	return tx.logExtentSlot(owner, at, Extent{Start: e.Start, Count: keep})
+}
+
+// ownedExtent finds extent e among the extents of record owner (as this
+// transaction leaves them): the header and e's slot. The caller guards
+// the read.
+func (tx *Tx) ownedExtent(owner RecordID, e Extent) (recordHeader, int, error) {
+	h, err := tx.liveHeader(owner)
+	if err != nil {
+		return recordHeader{}, 0, err
+	}
+	at := slices.Index(h.Extents, e)
+	if at < 0 {
+		return recordHeader{}, 0, fmt.Errorf("%w: record %d does not own %v", ErrBadAddress, owner, e)
+	}
+	return h, at, nil
 }
 
 // liveHeader reads record id's header as this transaction leaves it; the
