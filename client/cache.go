@@ -87,8 +87,8 @@ func (c *ttlCache[K]) drop(k K) {
 }
 
 // freshDirs keeps a directory's attributes as the reply to a creation or
-// removal in it left them, for one GetAttr (KeepDirsAfterCreate): a
-// ttlCache taken from once. A request that changes a directory notes its
+// removal in it left them, and a file's as its open's reply gave them,
+// for one GetAttr (KeepDirsAfterCreate): a ttlCache taken from once. A request that changes a directory notes its
 // generation before it is sent and keeps what its reply says only if no
 // drop of the directory came in between, so an answer overtaken by
 // another change is never kept.

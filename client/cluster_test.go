@@ -699,6 +699,21 @@ func TestClusterTruncateDropsCachedExtents(t *testing.T) {
 	zeroTail := append(bytes.Repeat([]byte{'q'}, 5000), make([]byte, 5000)...)
 	rAt8192 := append(make([]byte, 8192), bytes.Repeat([]byte{'r'}, 4000)...)
 
+	// writeRAt8192 writes rAt8192's "r"s at 8192 through f, closes it and
+	// checks the file through a new open.
+	writeRAt8192 := func(t *testing.T, ino uint64, f *client.File) {
+		t.Helper()
+		if _, err := f.WriteAt(ctx, rAt8192[8192:], 8192); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := reopen(t, ino); !bytes.Equal(got, rAt8192) {
+			t.Fatalf("after reopen: %d bytes, first difference at %d", len(got), firstDiff(got, rAt8192))
+		}
+	}
+
 	t.Run("shrink-extend-read", func(t *testing.T) {
 		ino, f := create(t, "shrink")
 		for _, size := range []uint64{5000, 10000} {
@@ -725,15 +740,7 @@ func TestClusterTruncateDropsCachedExtents(t *testing.T) {
 		if err := f.Truncate(ctx, 0); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.WriteAt(ctx, rAt8192[8192:], 8192); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := reopen(t, ino); !bytes.Equal(got, rAt8192) {
-			t.Fatalf("after reopen: %d bytes, first difference at %d", len(got), firstDiff(got, rAt8192))
-		}
+		writeRAt8192(t, ino, f)
 	})
 	t.Run("otrunc-open-then-write", func(t *testing.T) {
 		ino, f := create(t, "otrunc")
@@ -747,15 +754,7 @@ func TestClusterTruncateDropsCachedExtents(t *testing.T) {
 		if err := g.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.WriteAt(ctx, rAt8192[8192:], 8192); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if got := reopen(t, ino); !bytes.Equal(got, rAt8192) {
-			t.Fatalf("after reopen: %d bytes, first difference at %d", len(got), firstDiff(got, rAt8192))
-		}
+		writeRAt8192(t, ino, f)
 	})
 }
 
