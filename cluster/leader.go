@@ -70,7 +70,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	// The barrier makes sure every entry of earlier terms is applied to our
 	// FSM before we decide anything from the map.
 	for {
-		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		err := n.await(n.raft.Barrier(n.cfg.ApplyTimeout))
 		if err == nil {
 			break
 		}
@@ -136,7 +136,7 @@ func (n *Node) apply(c Command) (*Map, error) {
 		return nil, err
 	}
 	f := n.raft.Apply(b, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	if err := n.await(f); err != nil {
 		// Each of these refusals comes before the entry is committed, so
 		// the caller may retry (elsewhere).
 		switch {
@@ -144,7 +144,7 @@ func (n *Node) apply(c Command) (*Map, error) {
 			return nil, n.notLeader()
 		case errors.Is(err, raft.ErrEnqueueTimeout):
 			return nil, fmt.Errorf("%w (the leader could not take the change within %v)", ErrNoLeader, n.cfg.ApplyTimeout)
-		case errors.Is(err, raft.ErrRaftShutdown):
+		case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, ErrClosed):
 			return nil, ErrClosed
 		}
 		return nil, fmt.Errorf("cluster: raft apply: %w", err)
@@ -203,7 +203,7 @@ func (n *Node) supervise() {
 		switch info.State {
 		case StateRemoved:
 			if _, in := inConfig[info.ID]; in && info.ID != n.id {
-				err = n.raft.RemoveServer(raft.ServerID(info.ID), 0, n.cfg.ApplyTimeout).Error()
+				err = n.await(n.raft.RemoveServer(raft.ServerID(info.ID), 0, n.cfg.ApplyTimeout))
 			}
 			if err != nil {
 				n.log.Warn("remove server from raft", "id", info.ID, "err", err)
@@ -234,7 +234,7 @@ func (n *Node) supervise() {
 		}
 		if _, in := inConfig[info.ID]; !in {
 			n.log.Info("adding node to raft as non-voter", "id", info.ID)
-			if err := n.raft.AddNonvoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			if err := n.await(n.raft.AddNonvoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 				n.log.Warn("add non-voter", "id", info.ID, "err", err)
 			}
 		}
@@ -252,7 +252,7 @@ func (n *Node) supervise() {
 	for id := range inConfig {
 		if _, ok := m.Node(id); !ok && id != n.id {
 			n.log.Warn("raft server not in the map; removing it", "id", id)
-			if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			if err := n.await(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 				n.log.Warn("remove server", "id", id, "err", err)
 			}
 		}
@@ -281,7 +281,7 @@ func (n *Node) supervise() {
 			break
 		}
 		n.log.Info("promoting caught-up non-voter to voter", "id", id, "voters", voters+1)
-		if err := n.raft.AddVoter(raft.ServerID(id), inConfig[id].Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if err := n.await(n.raft.AddVoter(raft.ServerID(id), inConfig[id].Address, 0, n.cfg.ApplyTimeout)); err != nil {
 			n.log.Warn("promote", "id", id, "err", err)
 			return
 		}
@@ -295,13 +295,13 @@ func (n *Node) supervise() {
 		if id == n.id {
 			// The new leader takes the seat away.
 			n.log.Info("draining leader hands over leadership to give up its voter seat")
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 				n.log.Warn("leadership transfer", "err", err)
 			}
 			return
 		}
 		n.log.Info("draining voter gives up its seat", "id", id)
-		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if err := n.await(n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 			n.log.Warn("demote draining voter", "id", id, "err", err)
 			return
 		}
@@ -481,7 +481,7 @@ func (n *Node) Join(ctx context.Context, req JoinRequest) (*JoinResponse, error)
 		return nil, err
 	}
 	n.log.Info("admitted node", "id", req.ID, "epoch", resp.Map.Epoch)
-	if err := n.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.await(n.raft.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddr), 0, n.cfg.ApplyTimeout)); err != nil {
 		// supervise retries: the map says the node belongs.
 		n.log.Warn("add non-voter", "id", req.ID, "err", err)
 	}
@@ -535,7 +535,7 @@ func (n *Node) remove(ctx context.Context, id NodeID, force bool) (*Map, error) 
 	}
 	if id == n.id {
 		n.log.Info("asked to remove myself; transferring leadership first")
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		if err := n.await(n.raft.LeadershipTransfer()); err != nil {
 			return nil, fmt.Errorf("cluster: cannot hand over leadership to remove the leader: %w", err)
 		}
 		return nil, n.waitForOtherLeader(ctx)
@@ -555,7 +555,7 @@ func (n *Node) remove(ctx context.Context, id NodeID, force bool) (*Map, error) 
 	} else {
 		n.log.Info("removed node", "id", id, "epoch", m.Epoch)
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.await(n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
 		n.log.Warn("remove server from raft; supervise retries", "id", id, "err", err)
 	}
 	n.leaderMu.Lock()

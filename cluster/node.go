@@ -796,7 +796,7 @@ func (n *Node) snapshotIfChanged(why string) {
 	if idx == 0 || idx <= n.snapshotIndex.Load() {
 		return
 	}
-	if err := n.raft.Snapshot().Error(); err != nil {
+	if err := n.await(n.raft.Snapshot()); err != nil {
 		if !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			n.log.Warn("raft snapshot failed", "why", why, "err", err)
 		}
@@ -804,6 +804,23 @@ func (n *Node) snapshotIfChanged(why string) {
 	}
 	n.snapshotIndex.Store(idx)
 	n.log.Info("took a raft snapshot", "why", why, "index", idx, "epoch", n.Map().Epoch)
+}
+
+// await is f.Error() for the node's goroutines and handlers, which
+// shutdown waits for: raft does not answer every future it took once it
+// shuts down (hashicorp/raft#498: an apply or a configuration change
+// accepted in its last moments is never answered), so the wait also ends
+// when the node closes, with ErrClosed. The goroutine left on f ends if
+// raft ever answers.
+func (n *Node) await(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.ctx.Done():
+		return ErrClosed
+	}
 }
 
 // voters returns the ids of the voters in the latest raft configuration.
