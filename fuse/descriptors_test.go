@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestManyDescriptorsOfOneFile runs random pwrite, ftruncate, open with
@@ -63,7 +65,7 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 	}
 	for step := range calls {
 		i := rng.IntN(descriptors)
-		switch op := rng.IntN(12); {
+		switch op := rng.IntN(13); {
 		case op < 4: // pwrite
 			off := rng.Int64N(maxSize)
 			buf := make([]byte, 1+rng.IntN(12<<10))
@@ -84,7 +86,17 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 			if err := w[i].Truncate(size); err != nil {
 				t.Fatalf("seed %d: reference ftruncate: %v", seed, err)
 			}
-		case op < 6: // close and open again, half the time with O_TRUNC
+		case op < 6: // fallocate, one of the modes
+			modes := []uint32{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE,
+				unix.FALLOC_FL_ZERO_RANGE, unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE}
+			mode := modes[rng.IntN(len(modes))]
+			off, n := rng.Int64N(maxSize), 1+rng.Int64N(24<<10)
+			gerr := unix.Fallocate(int(g[i].Fd()), mode, off, n)
+			werr := unix.Fallocate(int(w[i].Fd()), mode, off, n)
+			if gerr != werr {
+				fail(step, fmt.Sprintf("fallocate(mode %#x, %d, %d)", mode, off, n), gerr, werr)
+			}
+		case op < 7: // close and open again, half the time with O_TRUNC
 			flag := 0
 			if rng.IntN(2) == 0 {
 				flag = os.O_TRUNC
@@ -94,12 +106,12 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 			}
 			w[i].Close()
 			g[i], w[i] = open(got, flag), open(want, flag)
-		case op < 7: // another descriptor opened and closed at once
+		case op < 8: // another descriptor opened and closed at once
 			extra := open(got, 0)
 			if err := extra.Close(); err != nil {
 				fail(step, "close of a descriptor opened for nothing", err, nil)
 			}
-		case op < 9: // fstat
+		case op < 10: // fstat
 			gs, err := g[i].Stat()
 			if err != nil {
 				fail(step, "fstat", err, nil)
@@ -108,7 +120,7 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 			if gs.Size() != ws.Size() {
 				fail(step, fmt.Sprintf("fstat of descriptor %d: size", i), gs.Size(), ws.Size())
 			}
-		case op < 10: // stat of the path
+		case op < 11: // stat of the path
 			gs, err := os.Stat(got)
 			if err != nil {
 				fail(step, "stat", err, nil)
