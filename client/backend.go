@@ -98,6 +98,10 @@ type dataIO interface {
 	// Allocate implements fallocate's modes on the data side (the
 	// caller updates the size when the mode does not keep it).
 	Allocate(ctx context.Context, ino uint64, mode uint32, off, length uint64) error
+	// Seek returns the first offset in [off, end) that holds data (hole
+	// false) or lies in a hole (hole true), and whether there is one;
+	// this client's unpersisted writes are data.
+	Seek(ctx context.Context, ino, off, end uint64, hole bool) (uint64, bool, error)
 	// Forget drops what the engine caches about ino (extent maps), so
 	// that the next read sees other clients' closed writes.
 	Forget(ino uint64)

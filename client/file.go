@@ -667,6 +667,60 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 	return nil
 }
 
+// SeekData returns the first offset at or after off that holds data
+// (lseek's SEEK_DATA); SeekHole the first that does not (SEEK_HOLE), the
+// end of the file being a hole. Both fail with ENXIO at or past the end,
+// and SeekData also when only holes follow off. Holes come from the
+// chunks' extent maps, at block granularity: unmapped blocks and blocks
+// allocated but never written (fallocate); this client's writes count as
+// data before they are flushed.
+func (f *File) SeekData(ctx context.Context, off uint64) (uint64, error) {
+	return f.seek(ctx, off, false)
+}
+
+// SeekHole: see SeekData.
+func (f *File) SeekHole(ctx context.Context, off uint64) (uint64, error) {
+	return f.seek(ctx, off, true)
+}
+
+func (f *File) seek(ctx context.Context, off uint64, hole bool) (uint64, error) {
+	if f.closed.Load() {
+		return 0, syscall.EBADF
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return 0, f.c.fail(ctx, "lseek", err)
+	}
+	f.oi.mu.Lock()
+	if len(f.oi.wb.buf) > 0 {
+		// Writes kept behind are not in the data engine yet: send
+		// them, so that their blocks count as data. A failure is the
+		// next write's, fsync's or close's, as for reads.
+		if err := f.c.drainLocked(octx, f.oi); err != nil {
+			f.oi.wb.err = err
+		}
+	}
+	f.oi.mu.Unlock()
+	a, err := f.Attr(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if off >= a.Size {
+		return 0, syscall.ENXIO
+	}
+	at, found, err := f.c.data.Seek(octx, f.oi.ino, off, a.Size, hole)
+	switch {
+	case err != nil:
+		return 0, f.c.fail(ctx, "lseek", err)
+	case found:
+		return at, nil
+	case hole:
+		return a.Size, nil
+	}
+	return 0, syscall.ENXIO
+}
+
 // ReadDirPage lists the directory this File opened (Open with
 // O_DIRECTORY) after cookie, as Client.ReadDirPage does, with the
 // File's credentials. The listing updates the directory's atime by

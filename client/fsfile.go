@@ -133,8 +133,16 @@ func (f *FSFile) WriteAt(p []byte, off int64) (int, error) {
 // WriteString writes s.
 func (f *FSFile) WriteString(s string) (int, error) { return f.Write([]byte(s)) }
 
+// SeekData and SeekHole are Seek's whence values for lseek's SEEK_DATA
+// and SEEK_HOLE (File.SeekData, File.SeekHole).
+const (
+	SeekData = 3
+	SeekHole = 4
+)
+
 // Seek sets the position for the next Read or Write (io.SeekEnd counts
-// from the size this client knows).
+// from the size this client knows; SeekData and SeekHole from the file's
+// holes).
 func (f *FSFile) Seek(offset int64, whence int) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,6 +161,16 @@ func (f *FSFile) Seek(offset int64, whence int) (int64, error) {
 		base = f.off
 	case io.SeekEnd:
 		base = int64(f.f.Size())
+	case SeekData, SeekHole:
+		if offset < 0 {
+			return 0, f.err("seek", syscall.ENXIO)
+		}
+		at, err := f.f.seek(f.fsys.ctx, uint64(offset), whence == SeekHole)
+		if err != nil {
+			return 0, f.err("seek", err)
+		}
+		f.off = int64(at)
+		return f.off, nil
 	default:
 		return 0, f.err("seek", syscall.EINVAL)
 	}

@@ -988,6 +988,21 @@ func (d *memData) trim(ino, size uint64) {
 	}
 }
 
+// Seek answers as a file system without holes: the bytes written are
+// data, and the only hole is past them.
+func (d *memData) Seek(ctx context.Context, ino, off, end uint64, hole bool) (uint64, bool, error) {
+	if err := d.enter(ctx, "seek"); err != nil {
+		return 0, false, err
+	}
+	defer d.mu.Unlock()
+	n := uint64(len(d.written[ino]))
+	if hole {
+		at := max(off, n)
+		return at, at < end, nil
+	}
+	return off, off < min(n, end), nil
+}
+
 func (d *memData) TakeAhead(uint64) bool { return false }
 
 func (d *memData) Forget(ino uint64) {

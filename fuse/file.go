@@ -175,25 +175,24 @@ func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, fl
 	return h.setlk(ctx, owner, lk, flags, true)
 }
 
-// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel does the others): the
-// whole file is data and the only hole is at its end, which is what Linux
-// file systems without hole tracking answer.
+// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel does the others)
+// from the chunks' extent maps (client.File.SeekData and SeekHole).
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
 	ctx = detach(ctx)
-	a, err := h.f.Attr(ctx)
+	var at uint64
+	var err error
+	switch whence {
+	case unixSeekData:
+		at, err = h.f.SeekData(ctx, off)
+	case unixSeekHole:
+		at, err = h.f.SeekHole(ctx, off)
+	default:
+		return 0, syscall.EINVAL
+	}
 	if err != nil {
 		return 0, h.fail("lseek", err)
 	}
-	if off >= a.Size {
-		return 0, syscall.ENXIO
-	}
-	switch whence {
-	case unixSeekData:
-		return off, 0
-	case unixSeekHole:
-		return a.Size, 0
-	}
-	return 0, syscall.EINVAL
+	return at, 0
 }
 
 // lseek whence values for holes (unistd.h).
