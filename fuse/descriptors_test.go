@@ -63,6 +63,16 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 	fail := func(step int, what string, a, b any) {
 		t.Fatalf("seed %d (replay: OCTOFS_DESC_SEED=%d), call %d, %s: mount %v, reference %v", seed, seed, step, what, a, b)
 	}
+	statBoth := func(step int) {
+		gs, err := os.Stat(got)
+		if err != nil {
+			fail(step, "stat", err, nil)
+		}
+		ws, _ := os.Stat(want)
+		if gs.Size() != ws.Size() {
+			fail(step, "stat: size", gs.Size(), ws.Size())
+		}
+	}
 	for step := range calls {
 		i := rng.IntN(descriptors)
 		switch op := rng.IntN(13); {
@@ -121,14 +131,7 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 				fail(step, fmt.Sprintf("fstat of descriptor %d: size", i), gs.Size(), ws.Size())
 			}
 		case op < 11: // stat of the path
-			gs, err := os.Stat(got)
-			if err != nil {
-				fail(step, "stat", err, nil)
-			}
-			ws, _ := os.Stat(want)
-			if gs.Size() != ws.Size() {
-				fail(step, "stat: size", gs.Size(), ws.Size())
-			}
+			statBoth(step)
 		default: // pread of a random range
 			off := rng.Int64N(maxSize)
 			n := 1 + rng.IntN(16<<10)
@@ -140,12 +143,5 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 			}
 		}
 	}
-	gs, err := os.Stat(got)
-	if err != nil {
-		fail(calls, "stat", err, nil)
-	}
-	ws, _ := os.Stat(want)
-	if gs.Size() != ws.Size() {
-		fail(calls, "stat size at the end", gs.Size(), ws.Size())
-	}
+	statBoth(calls)
 }
