@@ -362,13 +362,7 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	f.oi.mu.Lock()
 	size := f.oi.size
-	if len(f.oi.wb.buf) > 0 {
-		// This client's reads see its writes: those kept behind go
-		// first. A failure is the next write's, fsync's or close's.
-		if err := f.c.drainLocked(octx, f.oi); err != nil {
-			f.oi.wb.err = err
-		}
-	}
+	f.c.sendBehindLocked(octx, f.oi)
 	f.oi.mu.Unlock()
 	if uint64(off) >= size || len(p) == 0 {
 		return 0, nil
@@ -693,30 +687,20 @@ func (f *File) seek(ctx context.Context, off uint64, hole bool) (uint64, error) 
 		return 0, f.c.fail(ctx, "lseek", err)
 	}
 	f.oi.mu.Lock()
-	if len(f.oi.wb.buf) > 0 {
-		// Writes kept behind are not in the data engine yet: send
-		// them, so that their blocks count as data. A failure is the
-		// next write's, fsync's or close's, as for reads.
-		if err := f.c.drainLocked(octx, f.oi); err != nil {
-			f.oi.wb.err = err
-		}
-	}
+	size := f.oi.size // as reads know it
+	f.c.sendBehindLocked(octx, f.oi)
 	f.oi.mu.Unlock()
-	a, err := f.Attr(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if off >= a.Size {
+	if off >= size {
 		return 0, syscall.ENXIO
 	}
-	at, found, err := f.c.data.Seek(octx, f.oi.ino, off, a.Size, hole)
+	at, found, err := f.c.data.Seek(octx, f.oi.ino, off, size, hole)
 	switch {
 	case err != nil:
 		return 0, f.c.fail(ctx, "lseek", err)
 	case found:
 		return at, nil
 	case hole:
-		return a.Size, nil
+		return size, nil
 	}
 	return 0, syscall.ENXIO
 }
@@ -857,6 +841,18 @@ func (c *Client) writeBehindLocked(ctx context.Context, oi *openInode, flags int
 // writeBehindBudget bounds the bytes a client keeps behind over all its
 // open inodes; past it, writes go out at once.
 const writeBehindBudget = 64 << 20
+
+// sendBehindLocked sends what oi keeps behind before a read or a seek,
+// so that they see this client's writes. A failure is kept for the next
+// write, fsync or close to report. oi.mu is held.
+func (c *Client) sendBehindLocked(ctx context.Context, oi *openInode) {
+	if len(oi.wb.buf) == 0 {
+		return
+	}
+	if err := c.drainLocked(ctx, oi); err != nil {
+		oi.wb.err = err
+	}
+}
 
 // drainLocked sends what oi keeps behind to the owners, and returns a
 // failure of an earlier drain not yet reported. oi.mu is held.

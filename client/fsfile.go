@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // FSFile is a file or directory opened through FS: an *os.File lookalike
@@ -136,8 +138,8 @@ func (f *FSFile) WriteString(s string) (int, error) { return f.Write([]byte(s)) 
 // SeekData and SeekHole are Seek's whence values for lseek's SEEK_DATA
 // and SEEK_HOLE (File.SeekData, File.SeekHole).
 const (
-	SeekData = 3
-	SeekHole = 4
+	SeekData = unix.SEEK_DATA
+	SeekHole = unix.SEEK_HOLE
 )
 
 // Seek sets the position for the next Read or Write (io.SeekEnd counts

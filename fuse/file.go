@@ -7,6 +7,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/octofs/octofs/client"
 )
@@ -182,9 +183,9 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	var at uint64
 	var err error
 	switch whence {
-	case unixSeekData:
+	case unix.SEEK_DATA:
 		at, err = h.f.SeekData(ctx, off)
-	case unixSeekHole:
+	case unix.SEEK_HOLE:
 		at, err = h.f.SeekHole(ctx, off)
 	default:
 		return 0, syscall.EINVAL
@@ -194,9 +195,3 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	}
 	return at, 0
 }
-
-// lseek whence values for holes (unistd.h).
-const (
-	unixSeekData = 3
-	unixSeekHole = 4
-)
