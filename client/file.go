@@ -62,6 +62,11 @@ type openInode struct {
 	// count until their commit, so that reads between writes send
 	// nothing.
 	atime, mtime0, ctime time.Time
+	// mode is the owner's mode of the inode as this client last learnt
+	// it, so that a write need not ask the owner to clear setuid and
+	// setgid bits the file does not have (KillPrivs). Written under mu,
+	// read without it.
+	mode atomic.Uint32
 	// touching is closed when the atime update a read is asking for
 	// ends (nil when none is under way): concurrent reads wait for it
 	// instead of asking too, so that none returns before the update.
@@ -71,6 +76,9 @@ type openInode struct {
 // learn records the owner's times of the inode. oi.mu is held.
 func (oi *openInode) learn(a Attr) {
 	oi.atime, oi.mtime0, oi.ctime = a.Atime, a.Mtime, a.Ctime
+	if a.Mode != 0 { // an answer that carried the mode (every one but a failed atime update)
+		oi.mode.Store(a.Mode)
+	}
 }
 
 // newer returns a, with the size and times of oi.committed if a is

@@ -120,6 +120,25 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 	return c.opens.overlay(a), nil
 }
 
+// KillPrivs clears the setuid and setgid bits of ino as a write by cred
+// does (FUSE's FUSE_WRITE_KILL_SUIDGID, which the kernel sets on every
+// write of a caller without CAP_FSETID, whatever the file's mode). It asks
+// the owner unless ino is open in this client with a mode, as this client
+// last learnt it, that has neither bit: most files never have them, and a
+// request per write made non-root writers several times slower. A bit set
+// through another client since this one learnt the mode is cleared by the
+// commit of the writes instead (at close or fsync), as the consistency
+// model allows for attributes.
+func (c *Client) KillPrivs(ctx context.Context, cred Cred, ino uint64) error {
+	if oi := c.opens.get(ino); oi != nil {
+		if m := oi.mode.Load(); m != 0 && m&(syscall.S_ISUID|syscall.S_ISGID) == 0 {
+			return nil
+		}
+	}
+	_, err := c.SetAttr(ctx, cred, ino, SetAttrIn{Valid: SetKillSuidGid})
+	return err
+}
+
 // truncated forgets the extents of ino cached for the data path after a
 // request that may have changed its size (set) returned: the owner freed
 // the blocks past the new end, and a read through their extents would

@@ -276,7 +276,7 @@ func statFields(st *unix.Stat_t, fields string) (string, error) {
 func helperOp(op string, a []string) (string, error) {
 	need := map[string]int{"open": 2, "create": 2, "mkdir": 2, "rmdir": 1, "unlink": 1, "mkfifo": 2, "mknod": 4,
 		"link": 2, "symlink": 2, "rename": 2, "chmod": 2, "chown": 3, "lchown": 3, "truncate": 2, "ftruncate": 3,
-		"utimensat": 3, "stat": 2, "lstat": 2, "write": 2, "append": 2, "read": 1, "readdir": 1, "access": 2,
+		"utimensat": 3, "stat": 2, "lstat": 2, "write": 2, "append": 2, "writes": 3, "read": 1, "readdir": 1, "access": 2,
 		"rename_exchange": 2, "rename_noreplace": 2, "readlink": 1, "chdir": 1}
 	if n, ok := need[op]; !ok {
 		return "", fmt.Errorf("unknown op %q", op)
@@ -426,6 +426,22 @@ func helperOp(op string, a []string) (string, error) {
 		if _, e := unix.Write(fd, []byte(a[1])); e != nil {
 			unix.Close(fd)
 			return "", e
+		}
+		return "", unix.Close(fd)
+	case "writes": // path data n: open for writing, n writes of data, close
+		n, e := strconv.Atoi(a[2])
+		if e != nil {
+			return "", e
+		}
+		fd, e := unix.Open(a[0], unix.O_WRONLY, 0)
+		if e != nil {
+			return "", e
+		}
+		for range n {
+			if _, e := unix.Write(fd, []byte(a[1])); e != nil {
+				unix.Close(fd)
+				return "", e
+			}
 		}
 		return "", unix.Close(fd)
 	case "read":

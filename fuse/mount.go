@@ -248,11 +248,12 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 }
 
 // Write and Writev (which go-fuse tries first) clear setuid and setgid
-// before a write that the kernel marks FUSE_WRITE_KILL_SUIDGID (a writer
-// without CAP_FSETID, to a file whose mode has them: HANDLE_KILLPRIV_V2
-// leaves that to the file system). The write's commit at close clears
+// before a write that the kernel marks FUSE_WRITE_KILL_SUIDGID (every
+// write of a caller without CAP_FSETID, whatever the mode: HANDLE_KILLPRIV_V2
+// leaves the bits to the file system). The write's commit at close clears
 // them too, but Linux clears them at the write, and the kernel asks for
-// the attributes right after it.
+// the attributes right after it. client.KillPrivs asks the cluster only
+// when the file may have them.
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if st := r.killPrivs(in); st != fuse.OK {
 		return 0, st
@@ -272,7 +273,7 @@ func (r *rawFS) killPrivs(in *fuse.WriteIn) fuse.Status {
 		return fuse.OK
 	}
 	ctx := &fuse.Context{Caller: in.Caller} // not interruptible: see detach
-	_, err := r.fsys.c.SetAttr(ctx, r.fsys.creds.cred(ctx), in.NodeId, client.SetAttrIn{Valid: client.SetKillSuidGid})
+	err := r.fsys.c.KillPrivs(ctx, r.fsys.creds.cred(ctx), in.NodeId)
 	return fuse.Status(errno(r.fsys.log, "write-killpriv", err))
 }
 
