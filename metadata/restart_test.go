@@ -248,3 +248,38 @@ func TestClosingNodeAnswersNotReady(t *testing.T) {
 	require.Positive(t, statuses[wire.StatusOK], "no create succeeded before the close")
 	require.Zero(t, statuses[wire.StatusInternal], "a closing node answered internal error")
 }
+
+// TestReleaseAtMostOnce repeats a release with the same sequence, as a
+// client does when an attempt's answer is lost: it must end one open, not
+// two, or a file removed while open would be freed under its last open.
+func TestReleaseAtMostOnce(t *testing.T) {
+	c := metatest.Start(t, metatest.Config{})
+	cl := c.Client()
+	f, err := cl.Create(bg, root, rootIno, "f", 0o644, 0, false, 0)
+	require.NoError(t, err)
+	h := wire.Header{ClientID: 78, Incarnation: 1, Cred: root}
+	part := cluster.PartitionOf(f.Ino)
+	for seq := uint64(1); seq <= 2; seq++ {
+		h.Seq = seq
+		var a wire.AttrReply
+		require.Equal(t, wire.StatusOK, send(t, c, part, wire.OpOpen, h, &wire.OpenRequest{Ino: f.Ino, Gen: f.Gen, Flags: wire.OpenReadOnly}, &a).Status)
+	}
+	require.NoError(t, cl.Unlink(bg, root, rootIno, "f", f.Ino))
+
+	h.Seq = 3
+	rel := &wire.ReleaseRequest{Ino: f.Ino, Flags: wire.OpenReadOnly}
+	require.Equal(t, wire.StatusOK, send(t, c, part, wire.OpRelease, h, rel, &wire.Empty{}).Status)
+	require.Equal(t, wire.StatusOK, send(t, c, part, wire.OpRelease, h, rel, &wire.Empty{}).Status)
+	h.Seq = 0
+	var a wire.AttrReply
+	require.Equal(t, wire.StatusOK, send(t, c, part, wire.OpGetAttr, h, &wire.GetAttrRequest{Ino: f.Ino, Gen: f.Gen}, &a).Status,
+		"one open of the removed file remains after a repeated release")
+	require.Zero(t, a.Attr.Nlink)
+
+	h.Seq = 4
+	require.Equal(t, wire.StatusOK, send(t, c, part, wire.OpRelease, h, rel, &wire.Empty{}).Status)
+	require.Eventually(t, func() bool {
+		h.Seq = 0
+		return send(t, c, part, wire.OpGetAttr, h, &wire.GetAttrRequest{Ino: f.Ino, Gen: f.Gen}, &a).Status != wire.StatusOK
+	}, 10*time.Second, 10*time.Millisecond, "the last release frees the removed file")
+}

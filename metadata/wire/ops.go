@@ -115,11 +115,14 @@ func (o Op) String() string {
 }
 
 // Mutating reports whether the op changes state, so that it carries a
-// request sequence and executes at most once.
+// request sequence and executes at most once. OpRelease is one: it ends
+// one of the client's opens of the inode, and a repeat (an attempt whose
+// answer was lost) would end another, freeing a removed file under its
+// last open.
 func (o Op) Mutating() bool {
 	switch o {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename,
-		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile, OpOpenDir:
+		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile, OpOpenDir, OpRelease:
 		return true
 	}
 	return false
