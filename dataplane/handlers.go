@@ -67,7 +67,8 @@ var errDataLost = errors.New("dataplane: the node restarted since the data was w
 // permit checks that the request is its connection's: the client id and
 // incarnation it names are those of the connection's Hello (so a client
 // cannot act as another, e.g. on that one's data sessions), and that only
-// nodes of the map send the ops that free data or move deferred trims.
+// nodes of the map send the ops that free or count data or move deferred
+// trims.
 // The cluster token authenticates clients and nodes alike, so the second
 // check guards against mistakes, not against a hostile token holder.
 func (s *Service) permit(peer any, req *wire.Request) error {
@@ -81,9 +82,9 @@ func (s *Service) permit(peer any, req *wire.Request) error {
 			ErrForeignRequest, req.ClientID, req.Incarnation, h.ClientID, h.Incarnation)
 	}
 	switch req.Op {
-	case wire.OpTrim, wire.OpFree, wire.OpTrimCollect, wire.OpTrimDone:
+	case wire.OpTrim, wire.OpFree, wire.OpTrimCollect, wire.OpTrimDone, wire.OpUsage:
 		if _, ok := s.cfg.Map.Current().Node(cluster.NodeID(h.Node)); h.Node == "" || !ok {
-			return fmt.Errorf("%w: %v is for nodes of the cluster (the namespace truncates and frees file data)", ErrForeignRequest, req.Op)
+			return fmt.Errorf("%w: %v is for nodes of the cluster (the namespace truncates, frees and counts file data)", ErrForeignRequest, req.Op)
 		}
 		if (req.Op == wire.OpTrimCollect || req.Op == wire.OpTrimDone) && req.Node != h.Node {
 			return fmt.Errorf("%w: node %s asks for node %s's deferred trims", ErrForeignRequest, h.Node, req.Node)
@@ -129,6 +130,11 @@ func (s *Service) serve(ctx context.Context, req *wire.Request) (wire.Reply, err
 		return s.serveCollect(ctx, req)
 	case wire.OpTrimDone:
 		return wire.Reply{}, s.serveDone(req)
+	case wire.OpUsage:
+		if err := s.ready(ctx, req.Ino); err != nil {
+			return wire.Reply{}, err
+		}
+		return wire.Reply{Capacity: wire.Capacity{Used: s.usage(req.Ino)}}, nil
 	}
 	return wire.Reply{}, fmt.Errorf("%w: unknown op %v", wire.ErrMalformed, req.Op)
 }

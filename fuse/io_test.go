@@ -309,3 +309,66 @@ func TestUnprivilegedWritesAskOnlyForSetuid(t *testing.T) {
 		t.Errorf("the file holds %q (%v), want %d y", b, err, writes)
 	}
 }
+
+// TestBlocksOfSparseFiles checks st_blocks through the mount against what
+// the file holds: a sparse file counts its written blocks only, a
+// fallocate past the end counts, a punched hole does not, and a dense
+// file counts all. Tools trust it: tar --sparse and cp look for holes
+// only in a file whose st_blocks is below its size; before, st_blocks
+// followed the size and they copied every hole as zeros.
+func TestBlocksOfSparseFiles(t *testing.T) {
+	f := clusterFixture(t)
+	c := f.newClient(t)
+	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
+	d := subdir(t, dir, "blocks")
+	p := filepath.Join(d, "sparse")
+	fd, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(what string, fn func() error) {
+		t.Helper()
+		if err := fn(); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	step("truncate", func() error { return fd.Truncate(100 << 20) })
+	step("pwrite", func() error { _, err := fd.WriteAt(bytes.Repeat([]byte{7}, 4096), 50<<20); return err })
+	step("fsync", fd.Sync)
+	expect := func(path string, want int64) {
+		t.Helper()
+		var st syscall.Stat_t
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if err := syscall.Stat(path, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Blocks == want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st.Blocks != want {
+			t.Errorf("%s: st_blocks %d, want %d (size %d)", filepath.Base(path), st.Blocks, want, st.Size)
+		}
+	}
+	expect(p, 8)
+	step("fallocate past the end", func() error { return syscall.Fallocate(int(fd.Fd()), 1 /* KEEP_SIZE */, 200<<20, 1<<20) })
+	step("fsync", fd.Sync)
+	step("close", fd.Close)
+	expect(p, 8+2048)
+	fd, err = os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("punch", func() error { return syscall.Fallocate(int(fd.Fd()), 3 /* PUNCH_HOLE|KEEP_SIZE */, 50<<20, 4096) })
+	step("close", fd.Close)
+	expect(p, 2048)
+
+	dense := filepath.Join(d, "dense")
+	step("write a dense file", func() error { return os.WriteFile(dense, bytes.Repeat([]byte{1}, 3<<20), 0o644) })
+	expect(dense, 3<<20/512)
+	empty := filepath.Join(d, "empty")
+	step("create an empty file", func() error { return os.WriteFile(empty, nil, 0o644) })
+	expect(empty, 0)
+}

@@ -80,6 +80,7 @@ func (p *partition) commit(recs ...wire.Record) error {
 		p.sinceCheck += uint64(len(bufs[i]))
 	}
 	for _, r := range recs {
+		ino, usage := p.usageChangeOf(r)
 		if err := p.apply(r); err != nil {
 			// DRAM refuses what the handler built: a bug. The state may
 			// be half changed, so stop using the partition rather than
@@ -88,6 +89,7 @@ func (p *partition) commit(recs ...wire.Record) error {
 			p.fail(err)
 			return err
 		}
+		p.noteUsage(ino, usage)
 	}
 	p.svc.noteLive(p.live)
 	c := &p.cm

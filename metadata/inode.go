@@ -22,6 +22,16 @@ type inode struct {
 	busy bool
 	// opens counts the registered opens of all sessions.
 	opens int
+
+	// usage is, while usageKnown, the bytes of the blocks a regular file
+	// holds as the chunk owners last counted them (blocks.go); otherwise
+	// st_blocks is estimated from the size. usageGen counts the changes
+	// of the file's data, so that a count that crossed one is dropped.
+	// In memory only: after a restart the estimate stands until the
+	// file's data next changes.
+	usage      uint64
+	usageKnown bool
+	usageGen   uint64
 }
 
 func (n *inode) isDir() bool     { return n.rec.Mode&wire.ModeType == wire.ModeDir }
@@ -43,7 +53,13 @@ func (n *inode) gone() bool {
 }
 
 // attr is the inode's stat(2) view.
-func (n *inode) attr() wire.Attr { return attrOf(&n.rec) }
+func (n *inode) attr() wire.Attr {
+	a := attrOf(&n.rec)
+	if n.usageKnown && n.isRegular() {
+		a.Blocks = (n.usage + 511) / 512
+	}
+	return a
+}
 
 // attrOf is the stat(2) view of an inode record.
 func attrOf(r *wire.InodeRecord) wire.Attr {
@@ -56,6 +72,9 @@ func attrOf(r *wire.InodeRecord) wire.Attr {
 	case wire.ModeSymlink:
 		a.Size = uint64(len(r.Target))
 	case wire.ModeRegular:
+		// An estimate, until the chunk owners' count is known
+		// (inode.usage): as if every block below the size were
+		// allocated.
 		a.Blocks = (r.Size + 4095) / 4096 * 8
 	}
 	return a

@@ -125,9 +125,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	if v&wire.SetSize != 0 {
 		rec.Size = q.Size
 	}
-	nn := *n
-	nn.rec = rec
-	res := ok(&wire.AttrReply{Attr: nn.attr()})
+	res := ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
 	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
 		return fail(wire.StatusInternal)
 	}
@@ -195,9 +193,7 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	// Nothing lies past the size now; a writer that allocates again
 	// marks the inode again (release, endSession).
 	rec.Flags &^= wire.InodeHasBlocks
-	nn := *n
-	nn.rec = rec
-	res := ok(&wire.AttrReply{Attr: nn.attr()})
+	res := ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
 	recs := []wire.Record{&rec, &wire.IntentDoneRecord{Txn: in.Txn}}
 	if in.Seq != 0 {
 		recs = append(recs, &wire.RequestRecord{ClientID: in.ClientID, Incarnation: in.Incarnation, Seq: in.Seq, Status: res.status, Reply: res.bytes()})
@@ -205,6 +201,9 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	if err := p.commit(recs...); err != nil {
 		return fail(wire.StatusInternal)
 	}
+	// The trim freed blocks even when the record did not change (the
+	// blocks a writer allocated ahead, trimmed at its last close).
+	p.noteUsage(in.Ino, usageMoved)
 	return res
 }
 
@@ -259,9 +258,7 @@ func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteComm
 	}
 	rec.Mtime, rec.Ctime = mt, mt
 	rec.Mode = writeKillPrivs(&rec, r.cred)
-	nn := *n
-	nn.rec = rec
-	res := ok(&wire.AttrReply{Attr: nn.attr()})
+	res := ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
 	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
 		return fail(wire.StatusInternal)
 	}
@@ -316,9 +313,7 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 		} else {
 			now := wire.TimespecOf(s.now())
 			rec.Mtime, rec.Ctime = now, now
-			nn := *n
-			nn.rec = rec
-			res = ok(&wire.AttrReply{Attr: nn.attr()})
+			res = ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
 			if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
 				return fail(wire.StatusInternal)
 			}

@@ -38,6 +38,9 @@ type partition struct {
 	nextIno  uint64          // next partition-local inode number
 	txnNext  uint64          // next transaction sequence
 	txnLimit uint64          // sequences below it may have been handed out (durable)
+	// counting: files whose blocks are being counted (blocks.go); true
+	// if a change arrived during the count.
+	counting map[uint64]bool
 
 	intents   map[wire.TxnID]*wire.IntentRecord
 	decisions map[wire.TxnID]*wire.DecisionRecord

@@ -28,6 +28,10 @@ type DataHooks interface {
 	Truncate(ctx context.Context, ino, oldSize, size uint64) error
 	// Free frees all data of regular file ino (its size was size).
 	Free(ctx context.Context, ino, size uint64) error
+	// Usage returns the bytes of the blocks regular file ino holds, for
+	// its st_blocks: in its chunks below size, or everywhere (the file
+	// may hold blocks past its size). An error leaves the estimate.
+	Usage(ctx context.Context, ino, size uint64, everywhere bool) (uint64, error)
 }
 
 // NoData is DataHooks for a service without a data path (tests of the
@@ -39,6 +43,12 @@ func (NoData) Truncate(context.Context, uint64, uint64, uint64) error { return n
 
 // Free implements DataHooks.
 func (NoData) Free(context.Context, uint64, uint64) error { return nil }
+
+// Usage implements DataHooks: without a data path there is nothing to
+// count, and st_blocks stays the estimate from the size.
+func (NoData) Usage(context.Context, uint64, uint64, bool) (uint64, error) { return 0, errNoData }
+
+var errNoData = errors.New("metadata: no data service")
 
 // Config configures a Service. Node, Map, Store and Peers are required.
 type Config struct {

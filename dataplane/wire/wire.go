@@ -58,10 +58,14 @@ const (
 	// OpTrimDone is node to node: the caller applied Request.Trims, which
 	// the callee had deferred for it; the callee forgets them.
 	OpTrimDone Op = 0x0209
+	// OpUsage reports, in Reply.Capacity.Used, the bytes of the blocks
+	// that file Ino holds on the node (every chunk, written or not): the
+	// inode's owner sums them for st_blocks.
+	OpUsage Op = 0x020a
 )
 
 // Ops lists every op, for handler registration and tests.
-var Ops = []Op{OpMap, OpAllocate, OpPersist, OpTrim, OpFree, OpFallocate, OpStatfs, OpTrimCollect, OpTrimDone}
+var Ops = []Op{OpMap, OpAllocate, OpPersist, OpTrim, OpFree, OpFallocate, OpStatfs, OpTrimCollect, OpTrimDone, OpUsage}
 
 func (o Op) String() string {
 	switch o {
@@ -83,6 +87,8 @@ func (o Op) String() string {
 		return "trim-collect"
 	case OpTrimDone:
 		return "trim-done"
+	case OpUsage:
+		return "usage"
 	}
 	return fmt.Sprintf("Op(%#x)", uint16(o))
 }

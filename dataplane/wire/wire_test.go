@@ -17,6 +17,7 @@ func TestRequestRoundTrip(t *testing.T) {
 		"trim":     {Op: OpTrim, Ino: 9, Size: 123456789},
 		"collect":  {Op: OpTrimCollect, Node: "n2"},
 		"done":     {Op: OpTrimDone, Node: "n2", Trims: []Trim{{Ino: 1, Size: 0}, {Ino: 2, Size: 4097}}},
+		"usage":    {Op: OpUsage, Ino: 1<<48 | 9},
 		"fallocate": {Op: OpFallocate, Session: 2, Ino: 9, Chunk: 3, Off: 1, Len: 2,
 			Mode: FallocPunchHole | FallocKeepSize},
 	} {
@@ -119,6 +120,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add((&Request{Op: OpPersist, Ranges: []Range{{Chunk: 1, Off: 2, Len: 3, Stamp: 4}}}).Encode())
 	f.Add((&Request{Op: OpAllocate, Len: 5, Ahead: 4096}).Encode())
 	f.Add((&Request{Op: OpTrimDone, Node: "n1", Trims: []Trim{{Ino: 1, Size: 2}}}).Encode())
+	f.Add((&Request{Op: OpUsage, Ino: 3}).Encode())
 	f.Add((&Request{Op: OpMap, Session: 1}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRequest(b)

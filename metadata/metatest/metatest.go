@@ -181,6 +181,7 @@ type Data struct {
 	truncated map[uint64][]uint64
 	attempts  map[uint64]int
 	fail      func(ino uint64) error
+	usage     map[uint64]uint64
 }
 
 // NewData returns an empty recorder.
@@ -224,6 +225,27 @@ func (d *Data) Free(ctx context.Context, ino, size uint64) error {
 	}
 	d.freed[ino]++
 	return nil
+}
+
+// SetUsage makes Usage answer bytes for ino (without it, Usage fails and
+// st_blocks stays the service's estimate).
+func (d *Data) SetUsage(ino, bytes uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.usage == nil {
+		d.usage = map[uint64]uint64{}
+	}
+	d.usage[ino] = bytes
+}
+
+// Usage implements metadata.DataHooks.
+func (d *Data) Usage(ctx context.Context, ino, size uint64, everywhere bool) (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b, ok := d.usage[ino]; ok {
+		return b, nil
+	}
+	return 0, errors.New("metatest: no usage set for this inode")
 }
 
 // Attempts counts the hook calls for ino, failed ones included.

@@ -1,0 +1,61 @@
+package metadata_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/octofs/octofs/metadata/wire"
+)
+
+// TestBlocksCounted: a file's st_blocks is what the chunk owners hold
+// (DataHooks.Usage), counted again after each change of its data; an
+// empty new file is 0 at once; until a count answers, and when it fails,
+// st_blocks is the estimate from the size.
+func TestBlocksCounted(t *testing.T) {
+	c, cl := newCluster(t)
+	a, err := cl.Create(bg, root, rootIno, "f", 0o644, 0, false, 0)
+	require.NoError(t, err)
+	require.Zero(t, a.Blocks, "a new file's blocks")
+	blocks := func() uint64 {
+		t.Helper()
+		a, err := cl.GetAttr(bg, root, a.Ino, 0)
+		require.NoError(t, err)
+		return a.Blocks
+	}
+	require.Zero(t, blocks())
+
+	// A sparse file: 100 MiB long, one 4 KiB block written.
+	c.Data.SetUsage(a.Ino, 4096)
+	_, err = cl.WriteCommit(bg, root, a.Ino, 100<<20, wire.TimespecOf(time.Now()))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return blocks() == 8 }, 10*time.Second, time.Millisecond,
+		"st_blocks of a 100 MiB file holding one 4 KiB block")
+
+	// More written: counted again at the next commit.
+	c.Data.SetUsage(a.Ino, 1<<20)
+	_, err = cl.WriteCommit(bg, root, a.Ino, 100<<20, wire.TimespecOf(time.Now().Add(time.Second)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return blocks() == 2048 }, 10*time.Second, time.Millisecond)
+
+	// A change of the mode does not move blocks: no count, the value stays.
+	c.Data.SetUsage(a.Ino, 0)
+	_, err = cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: a.Ino, Valid: wire.SetMode, Mode: 0o600})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2048), blocks())
+
+	// A truncate counts again.
+	_, err = cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: a.Ino, Valid: wire.SetSize, Size: 0})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return blocks() == 0 }, 10*time.Second, time.Millisecond)
+
+	// A count that fails leaves the estimate from the size.
+	g, err := cl.Create(bg, root, rootIno, "g", 0o644, 0, false, 0)
+	require.NoError(t, err)
+	_, err = cl.WriteCommit(bg, root, g.Ino, 10000, wire.TimespecOf(time.Now()))
+	require.NoError(t, err)
+	b, err := cl.GetAttr(bg, root, g.Ino, 0)
+	require.NoError(t, err)
+	require.Equal(t, uint64(24), b.Blocks, "the estimate: three 4 KiB blocks")
+}
