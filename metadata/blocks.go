@@ -17,8 +17,8 @@ import (
 // before the count; a new empty file is 0 at once. The count runs on a
 // goroutine, one at a time per file: changes that arrive meanwhile make it
 // run once more, and a count that crossed a change is dropped. It is kept
-// in memory only (inode.usage): after a restart the estimate stands until
-// the file's data next changes.
+// in memory only (inode.usage): after a restart, a file's first stat
+// (getattr, lookup, open) has it counted again (usageWanted).
 
 // usageTimeout bounds one count.
 const usageTimeout = 10 * time.Second
@@ -86,8 +86,10 @@ func (p *partition) noteUsage(ino uint64, ch usageChange) {
 }
 
 // recountUsage has ino's blocks counted on a goroutine, or once more by
-// the count under way; p.mu is held exclusively.
+// the count under way; p.mu is held.
 func (p *partition) recountUsage(ino uint64) {
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
 	if _, ok := p.counting[ino]; ok {
 		p.counting[ino] = true
 		return
@@ -99,35 +101,65 @@ func (p *partition) recountUsage(ino uint64) {
 	p.svc.goBackground(func(ctx context.Context) { p.countUsage(ctx, ino) })
 }
 
+// usageWanted is for a handler about to answer n's attributes (p.mu held,
+// shared or exclusive): a regular file whose blocks were not counted since
+// this node loaded the partition has them counted, so that the next
+// answer has them. Not while counts fail (a node away): every stat would
+// send another.
+func (p *partition) usageWanted(n *inode) {
+	if !n.isRegular() || n.usageKnown || n.rec.Size == 0 || n.rec.Flags&wire.InodeFreeing != 0 {
+		return
+	}
+	p.countMu.Lock()
+	failed := p.svc.now().Sub(p.countFailed) < usageRetry
+	p.countMu.Unlock()
+	if !failed {
+		p.recountUsage(n.rec.Ino)
+	}
+}
+
+// usageRetry is how long after a failed count a stat asks for none.
+const usageRetry = 5 * time.Second
+
 // countUsage counts ino's blocks until no change arrived during a count.
 func (p *partition) countUsage(ctx context.Context, ino uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	defer delete(p.counting, ino)
+	again := func(failed bool) bool {
+		p.countMu.Lock()
+		defer p.countMu.Unlock()
+		if failed {
+			p.countFailed = p.svc.now()
+		}
+		if !failed && p.counting[ino] {
+			p.counting[ino] = false
+			return true
+		}
+		delete(p.counting, ino)
+		return false
+	}
 	for {
-		p.counting[ino] = false
+		p.mu.RLock()
 		n := p.inodes[ino]
 		if n == nil || !n.isRegular() || n.rec.Flags&wire.InodeFreeing != 0 {
+			p.mu.RUnlock()
+			again(false)
 			return
 		}
 		gen, size, past := n.usageGen, n.rec.Size, n.rec.Flags&wire.InodeHasBlocks != 0
-		p.mu.Unlock()
+		p.mu.RUnlock()
 		cctx, cancel := context.WithTimeout(ctx, usageTimeout)
 		used, err := p.svc.cfg.Data.Usage(cctx, ino, size, past)
 		cancel()
-		p.mu.Lock()
 		if err != nil {
-			// The estimate stands until the next change counts again.
+			// The estimate stands until a change or a stat counts again.
 			p.svc.log.Debug("counting a file's blocks failed; st_blocks stays the estimate", "ino", ino, "err", err)
-			return
+		} else {
+			p.mu.Lock()
+			if n = p.inodes[ino]; n != nil && n.usageGen == gen {
+				n.usage, n.usageKnown = used, true
+			}
+			p.mu.Unlock()
 		}
-		if n = p.inodes[ino]; n == nil {
-			return
-		}
-		if n.usageGen == gen {
-			n.usage, n.usageKnown = used, true
-		}
-		if !p.counting[ino] {
+		if !again(err != nil) {
 			return
 		}
 	}

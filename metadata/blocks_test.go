@@ -50,6 +50,18 @@ func TestBlocksCounted(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return blocks() == 0 }, 10*time.Second, time.Millisecond)
 
+	// After a restart the count is gone; a stat has it made again.
+	c.Data.SetUsage(a.Ino, 8192)
+	_, err = cl.WriteCommit(bg, root, a.Ino, 50<<20, wire.TimespecOf(time.Now().Add(2*time.Second)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return blocks() == 16 }, 10*time.Second, time.Millisecond)
+	for i := range c.Nodes {
+		c.Kill(i)
+		c.Restart(i, nil)
+	}
+	require.Eventually(t, func() bool { return blocks() == 16 }, 10*time.Second, time.Millisecond,
+		"st_blocks after a restart")
+
 	// A count that fails leaves the estimate from the size.
 	g, err := cl.Create(bg, root, rootIno, "g", 0o644, 0, false, 0)
 	require.NoError(t, err)

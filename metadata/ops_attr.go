@@ -301,6 +301,7 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 	case f&wire.OpenNoAtime != 0 && !ownerOrRoot(&n.rec, r.cred):
 		return fail(status(syscall.EPERM))
 	}
+	p.usageWanted(n)
 	res := ok(&wire.AttrReply{Attr: n.attr()})
 	if trunc && n.isRegular() && !q.Reclaim {
 		rec := n.rec

@@ -124,6 +124,7 @@ func (s *Service) lookup(ctx context.Context, r *request, q *wire.LookupRequest)
 	if cp != nil {
 		cp.mu.RLock()
 		if n := cp.inodes[rep.Ino]; n != nil && !n.pending() {
+			cp.usageWanted(n)
 			rep.Attr, rep.HasAttr = n.attr(), true
 		}
 		cp.mu.RUnlock()
@@ -142,6 +143,7 @@ func (s *Service) getattr(ctx context.Context, q *wire.GetAttrRequest) result {
 	if st != wire.StatusOK {
 		return fail(st)
 	}
+	p.usageWanted(n)
 	return ok(&wire.AttrReply{Attr: n.attr()})
 }
 

@@ -38,9 +38,13 @@ type partition struct {
 	nextIno  uint64          // next partition-local inode number
 	txnNext  uint64          // next transaction sequence
 	txnLimit uint64          // sequences below it may have been handed out (durable)
-	// counting: files whose blocks are being counted (blocks.go); true
-	// if a change arrived during the count.
-	counting map[uint64]bool
+	// Counts of files' blocks (blocks.go), under countMu (taken after
+	// mu, never before): counting holds the files being counted, true if
+	// a change arrived during the count; countFailed is when a count last
+	// failed.
+	countMu     sync.Mutex
+	counting    map[uint64]bool
+	countFailed time.Time
 
 	intents   map[wire.TxnID]*wire.IntentRecord
 	decisions map[wire.TxnID]*wire.DecisionRecord
