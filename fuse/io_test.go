@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/octofs/octofs/client"
 )
 
 type fakeBuffer struct {
@@ -134,10 +136,7 @@ func TestSequentialReadsAreLargeAndZeroCopy(t *testing.T) {
 // each unlink, rmdir and rename is one RPC to the inode's owner, never a
 // redirect from the directory's owner.
 func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
-	f := clusterFixture(t)
-	c := f.newClient(t)
-	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
-	d := subdir(t, dir, "routing")
+	c, d := clusterMountDir(t, "routing")
 	const n = 12
 	for i := range n {
 		if err := os.WriteFile(filepath.Join(d, fmt.Sprint("f", i)), nil, 0o644); err != nil {
@@ -180,10 +179,7 @@ func TestRemoveAndRenameGoToTheInodesOwner(t *testing.T) {
 // page in one RPC) and the release; its atime update is one more RPC
 // only when due.
 func TestReadsUpdateAtimeOnce(t *testing.T) {
-	f := clusterFixture(t)
-	c := f.newClient(t)
-	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
-	d := subdir(t, dir, "atime")
+	c, d := clusterMountDir(t, "atime")
 	p := filepath.Join(d, "f")
 	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
 		t.Fatal(err)
@@ -264,10 +260,7 @@ func TestReadsUpdateAtimeOnce(t *testing.T) {
 // five times slower (bonnie++'s one-byte writes as nobody: 5,700 a second
 // against root's 30,000).
 func TestUnprivilegedWritesAskOnlyForSetuid(t *testing.T) {
-	f := clusterFixture(t)
-	c := f.newClient(t)
-	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
-	d := subdir(t, dir, "killpriv")
+	c, d := clusterMountDir(t, "killpriv")
 	p := filepath.Join(d, "f")
 	if err := os.WriteFile(p, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -317,10 +310,7 @@ func TestUnprivilegedWritesAskOnlyForSetuid(t *testing.T) {
 // only in a file whose st_blocks is below its size; before, st_blocks
 // followed the size and they copied every hole as zeros.
 func TestBlocksOfSparseFiles(t *testing.T) {
-	f := clusterFixture(t)
-	c := f.newClient(t)
-	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
-	d := subdir(t, dir, "blocks")
+	_, d := clusterMountDir(t, "blocks")
 	p := filepath.Join(d, "sparse")
 	fd, err := os.Create(p)
 	if err != nil {
@@ -371,4 +361,13 @@ func TestBlocksOfSparseFiles(t *testing.T) {
 	empty := filepath.Join(d, "empty")
 	step("create an empty file", func() error { return os.WriteFile(empty, nil, 0o644) })
 	expect(empty, 0)
+}
+
+// clusterMountDir mounts a new client of a 3-node cluster with the default
+// options and returns the client and a new directory name in the mount.
+func clusterMountDir(t *testing.T, name string) (*client.Client, string) {
+	t.Helper()
+	c := clusterFixture(t).newClient(t)
+	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
+	return c, subdir(t, dir, name)
 }
