@@ -203,6 +203,8 @@ type File struct {
 	lockOwner uint64
 	locked    atomic.Bool
 	closed    atomic.Bool
+	// opened is the owner's answer to the open.
+	opened Attr
 
 	// first is the first page of a directory's listing, answered with
 	// its open (OpenDir) and not yet read; guarded by firstMu.
@@ -280,7 +282,7 @@ func (c *Client) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int) 
 
 // newFile makes the File of an open the owner has registered.
 func (c *Client) newFile(cred Cred, a Attr, flags int) *File {
-	f := &File{c: c, cred: cred, flags: flags &^ syscall.O_TRUNC, lockOwner: c.nextOwner.Add(1) | 1<<63}
+	f := &File{c: c, cred: cred, flags: flags &^ syscall.O_TRUNC, lockOwner: c.nextOwner.Add(1) | 1<<63, opened: a}
 	c.opens.acquire(a, f)
 	if !c.mapsAsOf.unchanged(a) {
 		// Extent maps cached before may miss blocks other clients
@@ -309,13 +311,16 @@ type dataVersions struct {
 
 const dataVersionsMax = 1 << 14
 
+// dataVersion leaves st_blocks out: the owner counts a file's blocks
+// after the commit that changed them (which moved mtime or ctime), so the
+// count landing alone says nothing new about the data.
 type dataVersion struct {
-	gen, size, blocks uint64
-	mtime, ctime      int64
+	gen, size    uint64
+	mtime, ctime int64
 }
 
 func dataVersionOf(a Attr) dataVersion {
-	return dataVersion{a.Gen, a.Size, a.Blocks, a.Mtime.UnixNano(), a.Ctime.UnixNano()}
+	return dataVersion{a.Gen, a.Size, a.Mtime.UnixNano(), a.Ctime.UnixNano()}
 }
 
 // unchanged records a's data version and reports whether it is the one
@@ -339,6 +344,10 @@ func (d *dataVersions) unchanged(a Attr) bool {
 
 // Ino is the file's inode number.
 func (f *File) Ino() uint64 { return f.oi.ino }
+
+// Opened returns the attributes the inode's owner answered the open with
+// (close-to-open: they cover every other client's closed writes).
+func (f *File) Opened() Attr { return f.opened }
 
 // Flags are the open flags.
 func (f *File) Flags() int { return f.flags }

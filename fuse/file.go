@@ -16,6 +16,7 @@ import (
 // kernel used through it.
 type handle struct {
 	fsys *FS
+	n    *node // the inode's node, whose kernelSaw the handle's answers feed
 	ino  uint64
 	f    *client.File
 
@@ -38,8 +39,8 @@ var (
 	_ fs.FileLseeker   = (*handle)(nil)
 )
 
-func newHandle(fsys *FS, ino uint64, f *client.File) *handle {
-	return &handle{fsys: fsys, ino: ino, f: f}
+func newHandle(fsys *FS, n *node, ino uint64, f *client.File) *handle {
+	return &handle{fsys: fsys, n: n, ino: ino, f: f}
 }
 
 func (h *handle) fail(op string, err error) syscall.Errno { return errno(h.fsys.log, op, err) }
@@ -112,6 +113,7 @@ func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
 	if err != nil {
 		return h.fail("fgetattr", err)
 	}
+	h.n.kernelSaw(&a)
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(h.fsys.o.AttrTimeout)
 	return 0

@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +19,47 @@ import (
 type node struct {
 	fs.Inode
 	fsys *FS
+
+	// seen is what the kernel was last told of the inode's size and
+	// times (kernelSaw), for opens to tell whether its attribute cache
+	// is behind the cluster (reconcile).
+	seenMu sync.Mutex
+	seen   attrStamp
+}
+
+// attrStamp is what tells attributes apart when the file changed.
+type attrStamp struct {
+	size         uint64
+	mtime, ctime time.Time
+}
+
+func stampOf(a *client.Attr) attrStamp { return attrStamp{a.Size, a.Mtime, a.Ctime} }
+
+// kernelSaw records that the kernel was given a, the inode's attributes.
+func (n *node) kernelSaw(a *client.Attr) {
+	n.seenMu.Lock()
+	n.seen = stampOf(a)
+	n.seenMu.Unlock()
+}
+
+// reconcile is for an open whose owner answered a: close-to-open says
+// the open sees what other mounts closed before it, but the kernel keeps
+// the attributes it was given for the attribute timeout, across opens,
+// and bounds reads by the size it holds (a file another mount shrank
+// kept its old size in fstat; one it grew read short). If a differs from
+// what the kernel was last given, the kernel's attributes are dropped,
+// so that it asks again (the client answers from the open's reply).
+func (n *node) reconcile(a *client.Attr) {
+	st := stampOf(a)
+	n.seenMu.Lock()
+	same := n.seen == st
+	n.seen = st
+	n.seenMu.Unlock()
+	if !same {
+		// A negative offset drops the attributes only; the open drops
+		// the cached pages itself (no FOPEN_KEEP_CACHE).
+		n.NotifyContent(-1, 0)
+	}
 }
 
 // The operations node implements; a missing one would silently fall back
@@ -85,7 +127,9 @@ func (n *node) entry(ctx context.Context, a *client.Attr, out *fuse.EntryOut) *f
 	out.SetEntryTimeout(n.fsys.o.EntryTimeout)
 	out.SetAttrTimeout(n.fsys.o.AttrTimeout)
 	out.Generation = a.Gen
-	return n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino, Gen: a.Gen})
+	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: a.Ino, Gen: a.Gen})
+	ch.Operations().(*node).kernelSaw(a)
+	return ch
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -112,6 +156,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if err != nil {
 		return n.failIno("getattr", err)
 	}
+	n.kernelSaw(&a)
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(n.fsys.o.AttrTimeout)
 	return 0
@@ -185,6 +230,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err != nil {
 		return n.failIno("setattr", err)
 	}
+	n.kernelSaw(&a)
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(n.fsys.o.AttrTimeout)
 	return 0
@@ -214,7 +260,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fail("create", err)
 	}
 	child := n.entry(ctx, &a, out)
-	return child, newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
+	return child, newHandle(n.fsys, child.Operations().(*node), a.Ino, f), fuseOpenFlags(flags), 0
 }
 
 // Tmpfile answers open(2) with O_TMPFILE: a file with no name, which
@@ -225,7 +271,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 	if err != nil {
 		return nil, nil, 0, n.fail("tmpfile", err)
 	}
-	return n.entry(ctx, &a, out), newHandle(n.fsys, a.Ino, f), fuseOpenFlags(flags), 0
+	child := n.entry(ctx, &a, out)
+	return child, newHandle(n.fsys, child.Operations().(*node), a.Ino, f), fuseOpenFlags(flags), 0
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -313,7 +360,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.fail("open", err)
 	}
-	return newHandle(n.fsys, n.ino(), f), fuseOpenFlags(flags), 0
+	a := f.Opened()
+	n.reconcile(&a)
+	return newHandle(n.fsys, n, n.ino(), f), fuseOpenFlags(flags), 0
 }
 
 // staleOpen answers an open of an inode that was freed after the kernel
