@@ -27,15 +27,7 @@ func TestTwoMountsCloseToOpen(t *testing.T) {
 	forEachFixture(t, func(t *testing.T, f *fixture) {
 		a, _ := f.mount(t, Options{})
 		b, _ := f.mount(t, Options{})
-		seeds := []uint64{1, 2, 3}
-		if s := os.Getenv("OCTOFS_C2O_SEED"); s != "" {
-			var seed uint64
-			if _, err := fmt.Sscan(s, &seed); err != nil {
-				t.Fatalf("OCTOFS_C2O_SEED=%q: %v", s, err)
-			}
-			seeds = []uint64{seed}
-		}
-		for _, seed := range seeds {
+		for _, seed := range testSeeds(t, "OCTOFS_C2O_SEED", 1, 2, 3) {
 			name := fmt.Sprintf("c2o%d", seed)
 			subdir(t, a, name)
 			mounts := [2]string{filepath.Join(a, name, "f"), filepath.Join(b, name, "f")}

@@ -22,15 +22,7 @@ import (
 func TestManyDescriptorsOfOneFile(t *testing.T) {
 	forEachFixture(t, func(t *testing.T, f *fixture) {
 		mnt, _ := f.mount(t, Options{})
-		seeds := []uint64{1, 2, 3, 4, 5, 6}
-		if s := os.Getenv("OCTOFS_DESC_SEED"); s != "" {
-			var seed uint64
-			if _, err := fmt.Sscan(s, &seed); err != nil {
-				t.Fatalf("OCTOFS_DESC_SEED=%q: %v", s, err)
-			}
-			seeds = []uint64{seed}
-		}
-		for _, seed := range seeds {
+		for _, seed := range testSeeds(t, "OCTOFS_DESC_SEED", 1, 2, 3, 4, 5, 6) {
 			dir := subdir(t, mnt, fmt.Sprintf("seed%d", seed))
 			descriptorStorm(t, seed, filepath.Join(dir, "f"), filepath.Join(t.TempDir(), "f"))
 		}
@@ -144,4 +136,19 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 		}
 	}
 	statBoth(calls)
+}
+
+// testSeeds returns the seed that environment variable env names (a
+// replay), or else seeds.
+func testSeeds(t *testing.T, env string, seeds ...uint64) []uint64 {
+	t.Helper()
+	s := os.Getenv(env)
+	if s == "" {
+		return seeds
+	}
+	var seed uint64
+	if _, err := fmt.Sscan(s, &seed); err != nil {
+		t.Fatalf("%s=%q: %v", env, s, err)
+	}
+	return []uint64{seed}
 }
