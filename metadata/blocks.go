@@ -82,16 +82,22 @@ func (p *partition) noteUsage(ino uint64, ch usageChange) {
 		return
 	}
 	n.usageKnown = false
-	p.recountUsage(ino)
+	p.countBlocks(ino, true)
 }
 
-// recountUsage has ino's blocks counted on a goroutine, or once more by
-// the count under way; p.mu is held.
-func (p *partition) recountUsage(ino uint64) {
+// countBlocks has ino's blocks counted on a goroutine; p.mu is held.
+// changed says the file's blocks may have moved since a count under way
+// read the inode: that count then runs once more. A stat's request
+// (usageWanted) is met by any count under way, and is dropped for a while
+// after a count failed (a node away), or every stat would send another.
+func (p *partition) countBlocks(ino uint64, changed bool) {
 	p.countMu.Lock()
 	defer p.countMu.Unlock()
-	if _, ok := p.counting[ino]; ok {
-		p.counting[ino] = true
+	if again, ok := p.counting[ino]; ok {
+		p.counting[ino] = again || changed
+		return
+	}
+	if !changed && p.svc.now().Sub(p.countFailed) < usageRetry {
 		return
 	}
 	if p.counting == nil {
@@ -104,17 +110,10 @@ func (p *partition) recountUsage(ino uint64) {
 // usageWanted is for a handler about to answer n's attributes (p.mu held,
 // shared or exclusive): a regular file whose blocks were not counted since
 // this node loaded the partition has them counted, so that the next
-// answer has them. Not while counts fail (a node away): every stat would
-// send another.
+// answer has them.
 func (p *partition) usageWanted(n *inode) {
-	if !n.isRegular() || n.usageKnown || n.rec.Size == 0 || n.rec.Flags&wire.InodeFreeing != 0 {
-		return
-	}
-	p.countMu.Lock()
-	failed := p.svc.now().Sub(p.countFailed) < usageRetry
-	p.countMu.Unlock()
-	if !failed {
-		p.recountUsage(n.rec.Ino)
+	if n.isRegular() && !n.usageKnown && n.rec.Size > 0 && n.rec.Flags&wire.InodeFreeing == 0 {
+		p.countBlocks(n.rec.Ino, false)
 	}
 }
 

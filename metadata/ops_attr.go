@@ -193,6 +193,7 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	// Nothing lies past the size now; a writer that allocates again
 	// marks the inode again (release, endSession).
 	rec.Flags &^= wire.InodeHasBlocks
+	moved := usageMoves(&n.rec, &rec)
 	res := ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
 	recs := []wire.Record{&rec, &wire.IntentDoneRecord{Txn: in.Txn}}
 	if in.Seq != 0 {
@@ -201,9 +202,12 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	if err := p.commit(recs...); err != nil {
 		return fail(wire.StatusInternal)
 	}
-	// The trim freed blocks even when the record did not change (the
-	// blocks a writer allocated ahead, trimmed at its last close).
-	p.noteUsage(in.Ino, usageMoved)
+	if !moved {
+		// The trim freed blocks although the record says nothing
+		// moved (the blocks a writer allocated ahead, trimmed at its
+		// last close); otherwise the commit counts them again.
+		p.noteUsage(in.Ino, usageMoved)
+	}
 	return res
 }
 
