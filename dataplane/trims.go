@@ -211,28 +211,36 @@ func (s *Service) trimEverywhere(ctx context.Context, ino, size uint64) error {
 	req := wire.Request{Op: wire.OpTrim, Header: wire.Header{Epoch: m.Epoch, ClientID: s.cfg.ClientID, Incarnation: s.cfg.Incarnation},
 		Ino: ino, Size: size, Node: string(s.cfg.Self)}
 	b := req.Encode()
-	errs := make([]error, len(m.Nodes))
-	var wg sync.WaitGroup
-	for i, n := range m.Nodes {
-		if !holdsData(n.State) {
-			continue
+	var nodes []cluster.NodeInfo
+	for _, n := range m.Nodes {
+		if holdsData(n.State) {
+			nodes = append(nodes, n)
 		}
-		wg.Go(func() {
-			if n.ID == s.cfg.Self {
-				errs[i] = s.Trim(ino, size)
-				return
-			}
-			err := s.callPeer(ctx, n, wire.OpTrim, b, nil)
-			if err == nil || ctx.Err() != nil {
-				errs[i] = err
-				return
-			}
-			// A node that is down gets the trim deferred; any other
-			// failure is the caller's to retry.
-			if derr := s.deferTrim(n.ID, ino, size); derr != nil {
-				errs[i] = fmt.Errorf("%w (and %w)", err, derr)
-			}
-		})
+	}
+	return onNodes(nodes, func(_ int, n cluster.NodeInfo) error {
+		if n.ID == s.cfg.Self {
+			return s.Trim(ino, size)
+		}
+		err := s.callPeer(ctx, n, wire.OpTrim, b, nil)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		// A node that is down gets the trim deferred; any other
+		// failure is the caller's to retry.
+		if derr := s.deferTrim(n.ID, ino, size); derr != nil {
+			return fmt.Errorf("%w (and %w)", err, derr)
+		}
+		return nil
+	})
+}
+
+// onNodes runs fn for every node at once (i is the node's index in nodes)
+// and joins their errors.
+func onNodes(nodes []cluster.NodeInfo, fn func(i int, n cluster.NodeInfo) error) error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { errs[i] = fn(i, n) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

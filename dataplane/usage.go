@@ -2,10 +2,8 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
+	"slices"
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/wire"
@@ -50,11 +48,11 @@ func (s *Service) Usage(ctx context.Context, ino, size uint64, everywhere bool) 
 		return 0, fmt.Errorf("%w: no cluster map yet", ErrNotReady)
 	}
 	chunks := (size + wire.ChunkSize - 1) / wire.ChunkSize
-	ask := make(map[cluster.NodeID]cluster.NodeInfo)
+	var nodes []cluster.NodeInfo
 	if everywhere || chunks > maxUsageChunks {
 		for _, n := range m.Nodes {
 			if holdsData(n.State) {
-				ask[n.ID] = n
+				nodes = append(nodes, n)
 			}
 		}
 	} else {
@@ -63,32 +61,28 @@ func (s *Service) Usage(ctx context.Context, ino, size uint64, everywhere bool) 
 			if err != nil {
 				return 0, err
 			}
-			ask[n.ID] = n
+			if !slices.ContainsFunc(nodes, func(x cluster.NodeInfo) bool { return x.ID == n.ID }) {
+				nodes = append(nodes, n)
+			}
 		}
 	}
 	req := wire.Request{Op: wire.OpUsage, Header: wire.Header{Epoch: m.Epoch, ClientID: s.cfg.ClientID, Incarnation: s.cfg.Incarnation},
 		Ino: ino}
 	b := req.Encode()
-	var total atomic.Uint64
-	var errs []error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, n := range ask {
-		wg.Go(func() {
-			if n.ID == s.cfg.Self {
-				total.Add(s.usage(ino))
-				return
-			}
-			if err := s.callPeer(ctx, n, wire.OpUsage, b, func(r wire.Reply) { total.Add(r.Capacity.Used) }); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	used := make([]uint64, len(nodes))
+	err := onNodes(nodes, func(i int, n cluster.NodeInfo) error {
+		if n.ID == s.cfg.Self {
+			used[i] = s.usage(ino)
+			return nil
+		}
+		return s.callPeer(ctx, n, wire.OpUsage, b, func(r wire.Reply) { used[i] = r.Capacity.Used })
+	})
+	if err != nil {
 		return 0, err
 	}
-	return total.Load(), nil
+	var total uint64
+	for _, u := range used {
+		total += u
+	}
+	return total, nil
 }
