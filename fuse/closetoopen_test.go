@@ -59,13 +59,6 @@ func closeToOpenStorm(t *testing.T, seed uint64, mounts [2]string, want string) 
 		}
 		return err
 	}
-	data := func(n int) []byte {
-		buf := make([]byte, n)
-		for i := range buf {
-			buf[i] = byte(rng.Uint32())
-		}
-		return buf
-	}
 	for step := range changes {
 		got := mounts[rng.IntN(2)]
 		var what string
@@ -73,11 +66,11 @@ func closeToOpenStorm(t *testing.T, seed uint64, mounts [2]string, want string) 
 		flag := 0
 		switch op := rng.IntN(10); {
 		case op < 4:
-			off, buf := rng.Int64N(maxSize), data(1+rng.IntN(20<<10))
+			off, buf := rng.Int64N(maxSize), randomBytes(rng, 1+rng.IntN(20<<10))
 			what = fmt.Sprintf("pwrite(%d bytes at %d)", len(buf), off)
 			fn = func(fd int) error { _, err := unix.Pwrite(fd, buf, off); return err }
 		case op < 5:
-			buf := data(1 + rng.IntN(8<<10))
+			buf := randomBytes(rng, 1+rng.IntN(8<<10))
 			what, flag = fmt.Sprintf("append of %d bytes", len(buf)), unix.O_APPEND
 			fn = func(fd int) error { _, err := unix.Write(fd, buf); return err }
 		case op < 7:
@@ -91,7 +84,7 @@ func closeToOpenStorm(t *testing.T, seed uint64, mounts [2]string, want string) 
 			what = fmt.Sprintf("fallocate(mode %#x, %d, %d)", mode, off, n)
 			fn = func(fd int) error { return unix.Fallocate(fd, mode, off, n) }
 		default:
-			buf := data(rng.IntN(6 << 10))
+			buf := randomBytes(rng, rng.IntN(6<<10))
 			what, flag = fmt.Sprintf("open with O_TRUNC and write %d bytes", len(buf)), unix.O_TRUNC
 			fn = func(fd int) error { _, err := unix.Write(fd, buf); return err }
 		}

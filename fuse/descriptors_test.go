@@ -70,10 +70,7 @@ func descriptorStorm(t *testing.T, seed uint64, got, want string) {
 		switch op := rng.IntN(13); {
 		case op < 4: // pwrite
 			off := rng.Int64N(maxSize)
-			buf := make([]byte, 1+rng.IntN(12<<10))
-			for j := range buf {
-				buf[j] = byte(rng.Uint32())
-			}
+			buf := randomBytes(rng, 1+rng.IntN(12<<10))
 			if _, err := g[i].WriteAt(buf, off); err != nil {
 				fail(step, "pwrite", err, nil)
 			}
@@ -151,4 +148,13 @@ func testSeeds(t *testing.T, env string, seeds ...uint64) []uint64 {
 		t.Fatalf("%s=%q: %v", env, s, err)
 	}
 	return []uint64{seed}
+}
+
+// randomBytes returns n bytes drawn from rng.
+func randomBytes(rng *rand.Rand, n int) []byte {
+	buf := make([]byte, n)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	return buf
 }
