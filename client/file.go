@@ -406,6 +406,12 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// AtimeDue reports whether a read through f would update atime
+// (relatime's rule, on the times this client knows; never for an
+// O_NOATIME open). A read that a cache answers without calling Read
+// updates nothing.
+func (f *File) AtimeDue() bool { return f.atimeDue() }
+
 // atimeDue reports whether a read through f is to update atime
 // (touchAtime), or wait for an update under way.
 func (f *File) atimeDue() bool {

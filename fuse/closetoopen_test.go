@@ -121,3 +121,84 @@ func closeToOpenStorm(t *testing.T, seed uint64, mounts [2]string, want string) 
 		}
 	}
 }
+
+// TestPagesKeptWhileUnchanged checks that an open keeps the kernel's
+// cached pages of a file whose data no client changed since they were
+// read (no data read reaches the cluster), and drops them when another
+// mount changed the file meanwhile, even without changing its size.
+func TestPagesKeptWhileUnchanged(t *testing.T) {
+	f := clusterFixture(t)
+	ca := f.newClient(t)
+	a, _ := mountClient(t, ca, Options{})
+	b, _ := f.mount(t, Options{})
+	subdir(t, a, "keep")
+	pa, pb := filepath.Join(a, "keep", "f"), filepath.Join(b, "keep", "f")
+	rng := rand.New(rand.NewPCG(7, 7))
+	first, second := randomBytes(rng, 256<<10), randomBytes(rng, 256<<10)
+	if err := os.WriteFile(pb, first, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// read reads the file through mount a, with read(2) or, if mapped,
+	// through mmap: a fault finds cached pages without asking the kernel
+	// whether the file's attributes changed, as read(2) does.
+	read := func(what string, want []byte, mapped bool) uint64 {
+		t.Helper()
+		before := ca.Stats().Data.Reads
+		var got []byte
+		var err error
+		if mapped {
+			got, err = readMapped(pa, len(want))
+		} else {
+			got, err = os.ReadFile(pa)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes, not the %d bytes written last", what, len(got), len(want))
+		}
+		return ca.Stats().Data.Reads - before
+	}
+	if n := read("first read", first, false); n == 0 {
+		t.Fatal("the first read of the file through a mount read nothing from the cluster")
+	}
+	if n := read("second read, nothing changed", first, true); n != 0 {
+		t.Errorf("a second open and read of an unchanged file read the cluster %d times, want 0 (pages kept)", n)
+	}
+	// Another mount overwrites the file in place: same size.
+	fd, err := os.OpenFile(pb, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fd.WriteAt(second, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := read("mmap after the other mount's close", second, true); n == 0 {
+		t.Error("the read after another mount's change read nothing from the cluster")
+	}
+	// The kernel refreshes the attributes that open dropped at this
+	// read(2) and, seeing the new mtime, may drop the pages once more.
+	read("read(2) after the mapped read", second, false)
+	if n := read("read again", second, false); n != 0 {
+		t.Errorf("a read of the file unchanged since read the cluster %d times, want 0", n)
+	}
+}
+
+// readMapped returns the first n bytes of the file at p, read through a
+// shared read-only mapping.
+func readMapped(p string, n int) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	m, err := unix.Mmap(fd, 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Munmap(m)
+	return bytes.Clone(m), nil
+}

@@ -54,8 +54,9 @@
 //
 // The kernel caches entries and attributes for Options.EntryTimeout and
 // AttrTimeout (default 1s) and negative lookups not at all, and file pages
-// only while a file stays open in this mount (no FOPEN_KEEP_CACHE): an open
-// always sees what other mounts closed before it (close-to-open). The
+// across opens only while the owner's answer to each open shows that the
+// data did not change (node.keepPages): an open always sees what other
+// mounts closed before it (close-to-open). The
 // writeback cache is off, so every write reaches the client library at once
 // and size and mtime are committed on close and fsync: with it, the kernel
 // would keep dirty pages past close(2) and decide sizes and mtimes itself,

@@ -25,15 +25,43 @@ type node struct {
 	// is behind the cluster (reconcile).
 	seenMu sync.Mutex
 	seen   attrStamp
+	// pages is the stamp of the data in the kernel's page cache: the
+	// owner's answer to the open that last let the kernel keep or drop
+	// it (keepPages); pagesSet says there was one.
+	pages    attrStamp
+	pagesSet bool
 }
 
 // attrStamp is what tells attributes apart when the file changed.
 type attrStamp struct {
-	size         uint64
+	gen, size    uint64
 	mtime, ctime time.Time
 }
 
-func stampOf(a *client.Attr) attrStamp { return attrStamp{a.Size, a.Mtime, a.Ctime} }
+func stampOf(a *client.Attr) attrStamp { return attrStamp{a.Gen, a.Size, a.Mtime, a.Ctime} }
+
+// keepPages is for a buffered open whose owner answered a: it reports
+// whether the kernel may keep the pages it cached of the file before
+// (FOPEN_KEEP_CACHE), and records a as the pages' stamp. Close-to-open
+// allows it when the file's data cannot have changed since those pages
+// were read: every change of a file's data by any client ends in a commit
+// at the owner that moves its mtime or ctime (write, truncate, fallocate,
+// punch; the same rule lets the client library keep extent maps across
+// opens), and the owner answers the open. An open that does not keep the
+// pages drops them, so the pages cached after it were read after the
+// stamp it recorded. Writes through this mount keep the page cache right
+// as they go, but their commit moves the stamp too, so the next open
+// reads the file again: cheap and safe. An open through which a read is
+// due to update atime (client.File.AtimeDue) drops them too: a read that
+// the page cache answers reaches nobody who could update it.
+func (n *node) keepPages(a *client.Attr, atimeDue bool) bool {
+	st := stampOf(a)
+	n.seenMu.Lock()
+	defer n.seenMu.Unlock()
+	keep := !atimeDue && n.pagesSet && n.pages == st
+	n.pages, n.pagesSet = st, true
+	return keep
+}
 
 // kernelSaw records that the kernel was given a, the inode's attributes.
 func (n *node) kernelSaw(a *client.Attr) {
@@ -57,7 +85,7 @@ func (n *node) reconcile(a *client.Attr) {
 	n.seenMu.Unlock()
 	if !same {
 		// A negative offset drops the attributes only; the open drops
-		// the cached pages itself (no FOPEN_KEEP_CACHE).
+		// the cached pages itself unless keepPages keeps them.
 		n.NotifyContent(-1, 0)
 	}
 }
@@ -362,7 +390,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	a := f.Opened()
 	n.reconcile(&a)
-	return newHandle(n.fsys, n, n.ino(), f), fuseOpenFlags(flags), 0
+	fl := fuseOpenFlags(flags)
+	if fl&fuse.FOPEN_DIRECT_IO == 0 && n.keepPages(&a, f.AtimeDue()) {
+		fl |= fuse.FOPEN_KEEP_CACHE
+	}
+	return newHandle(n.fsys, n, n.ino(), f), fl, 0
 }
 
 // staleOpen answers an open of an inode that was freed after the kernel
