@@ -43,6 +43,9 @@ type Client struct {
 	writeBehind int
 	behind      atomic.Int64
 
+	// noAtime: reads and listings never update atime (SetNoAtime).
+	noAtime bool
+
 	// nextOwner hands out lock owners for files the native API opens.
 	nextOwner atomic.Uint64
 

@@ -415,7 +415,7 @@ func (f *File) AtimeDue() bool { return f.atimeDue() }
 // atimeDue reports whether a read through f is to update atime
 // (touchAtime), or wait for an update under way.
 func (f *File) atimeDue() bool {
-	if f.flags&syscall.O_NOATIME != 0 {
+	if f.noAtime() {
 		return false
 	}
 	oi := f.oi
@@ -747,7 +747,7 @@ func (f *File) ReadDirPage(ctx context.Context, cookie uint64, max int) ([]DirEn
 		// The page came with the open, which left atime alone: the
 		// listing updates it now, when due (OpenDir's reply had the
 		// times).
-		if f.flags&syscall.O_NOATIME == 0 {
+		if !f.noAtime() {
 			octx, cancel, err := f.c.op(ctx)
 			if err == nil {
 				f.touchAtime(octx)
@@ -756,8 +756,12 @@ func (f *File) ReadDirPage(ctx context.Context, cookie uint64, max int) ([]DirEn
 		}
 		return first.ents, first.eof, nil
 	}
-	return f.c.readDirPage(ctx, f.cred, f.oi.ino, cookie, max, f.flags&syscall.O_NOATIME != 0)
+	return f.c.readDirPage(ctx, f.cred, f.oi.ino, cookie, max, f.noAtime())
 }
+
+// noAtime reports whether reads and listings through f leave atime
+// alone: an O_NOATIME open, or a client that never updates it.
+func (f *File) noAtime() bool { return f.flags&syscall.O_NOATIME != 0 || f.c.noAtime }
 
 // Attr returns the file's attributes with this client's unflushed writes.
 func (f *File) Attr(ctx context.Context) (Attr, error) {
@@ -827,6 +831,11 @@ type writeBehind struct {
 // Sync or Close as before. The mount turns it on; call it before the
 // client is used.
 func (c *Client) SetWriteBehind(n int) { c.writeBehind = max(n, 0) }
+
+// SetNoAtime makes reads and listings through c leave atime alone, as
+// the noatime mount option does (a read-only mount needs it: updating
+// atime is a change). Call it before the client is used.
+func (c *Client) SetNoAtime(on bool) { c.noAtime = on }
 
 // writeBehindLocked sends what oi keeps behind unless the write p at off
 // joins it, and reports whether it did (then p is the buffer's). oi.mu

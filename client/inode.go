@@ -439,7 +439,7 @@ func (c *Client) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64, max
 // ReadDirPage is ReadDir that also reports whether the listing ends with
 // this page, which saves the request that would return nothing.
 func (c *Client) ReadDirPage(ctx context.Context, cred Cred, ino, cookie uint64, max int) ([]DirEntry, bool, error) {
-	return c.readDirPage(ctx, cred, ino, cookie, max, false)
+	return c.readDirPage(ctx, cred, ino, cookie, max, c.noAtime)
 }
 
 func (c *Client) readDirPage(ctx context.Context, cred Cred, ino, cookie uint64, max int, noAtime bool) ([]DirEntry, bool, error) {

@@ -58,6 +58,16 @@ type Options struct {
 	AllowOther *bool
 	// FSName is the source shown in /proc/mounts (default "octofs").
 	FSName string
+	// ReadOnly mounts read-only: the kernel refuses every change with
+	// EROFS before it reaches the mount, and reads leave atime alone
+	// (it implies NoAtime).
+	ReadOnly bool
+	// NoAtime makes reads and listings leave atime alone (the noatime
+	// mount option; the default is relatime).
+	NoAtime bool
+	// NoExec refuses to execute files of the mount (the noexec mount
+	// option).
+	NoExec bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// Logger receives the adapter's warnings (default: discard).
@@ -94,6 +104,9 @@ const extraCapabilities = fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2
 func (o Options) withDefaults() Options {
 	if o.ServerPermissions {
 		o.NoCache = true
+	}
+	if o.ReadOnly {
+		o.NoAtime = true
 	}
 	if o.EntryTimeout == 0 && !o.NoCache {
 		o.EntryTimeout = DefaultTimeout
@@ -169,6 +182,7 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 	// attribute cache would keep them (none with NoCache).
 	c.KeepDirsAfterCreate(o.AttrTimeout)
 	c.SetWriteBehind(o.WriteBehind)
+	c.SetNoAtime(o.NoAtime)
 	fsys := &FS{c: c, o: o, log: o.Logger, creds: newCredCache("/proc", o.CredTTL, time.Now),
 		reads:   newReadBuffers(clientBuffers(c), o.MaxWrite, readBuffersKept),
 		lockers: make(map[uint64]map[*handle]struct{})}
@@ -200,6 +214,28 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 	}
 	if !o.ServerPermissions {
 		fo.MountOptions.Options = append(fo.MountOptions.Options, "default_permissions")
+	}
+	if o.NoExec {
+		fo.MountOptions.Options = append(fo.MountOptions.Options, "noexec")
+	}
+	// fusermount3 takes "ro" and "noatime" as options; a direct mount(2)
+	// takes flags only (go-fuse passes other options as the data). The
+	// kernel leaves atime to FUSE file systems, so MS_NOATIME only shows
+	// in /proc/mounts what the client does (Client.SetNoAtime).
+	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
+	for _, f := range []struct {
+		on   bool
+		opt  string
+		flag uintptr
+	}{{o.ReadOnly, "ro", syscall.MS_RDONLY}, {o.NoAtime, "noatime", syscall.MS_NOATIME}} {
+		switch {
+		case !f.on:
+		case fo.MountOptions.DirectMount:
+			flags |= f.flag
+			fo.MountOptions.DirectMountFlags = flags
+		default:
+			fo.MountOptions.Options = append(fo.MountOptions.Options, f.opt)
+		}
 	}
 	raw := &rawFS{RawFileSystem: fs.NewNodeFS(root, fo), fsys: fsys}
 	srv, err := fuse.NewServer(raw, dir, &fo.MountOptions)
