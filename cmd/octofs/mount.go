@@ -49,6 +49,12 @@ type mountOptions struct {
 	reported   bool
 	allowOther string
 	debug      bool
+	readOnly   bool
+	noAtime    bool
+	noExec     bool
+	// fsName is the source /proc/mounts shows (the mount helper sets
+	// the cluster addresses, as fstab names them).
+	fsName string
 }
 
 // daemonEnv marks the child of `octofs mount --daemon`: it runs in the
@@ -116,6 +122,10 @@ option).`,
 	f.DurationVar(&o.connectTimeout, "connect-timeout", 30*time.Second, "give up if the cluster cannot be reached within this")
 	f.StringVar(&o.allowOther, "allow-other", "auto", "let every local user use the mount: yes, no or auto (yes when root)")
 	f.BoolVar(&o.debug, "debug", false, "log every FUSE request")
+	f.BoolVar(&o.readOnly, "read-only", false, "mount read-only: every change fails with EROFS, reads leave atime alone")
+	f.BoolVar(&o.noAtime, "noatime", false, "reads and listings leave atime alone (default: relatime)")
+	f.BoolVar(&o.noExec, "noexec", false, "refuse to execute files of the mount")
+	f.StringVar(&o.fsName, "fsname", "", "the source shown in /proc/mounts and by df (default: octofs)")
 	return cmd
 }
 
@@ -197,6 +207,7 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 		NoCache: o.noCache, ServerPermissions: o.serverPerms, AllowOther: allow, Debug: o.debug, Logger: log,
 		MaxWrite: o.maxWrite, MaxReadAhead: o.readAhead, MaxBackground: o.background,
 		WriteBehind: cmp.Or(o.writeBehind, -1),
+		ReadOnly:    o.readOnly, NoAtime: o.noAtime, NoExec: o.noExec, FSName: o.fsName,
 	})
 	if err != nil {
 		return err

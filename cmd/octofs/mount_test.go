@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,6 +87,56 @@ func TestMountCommand(t *testing.T) {
 			t.Fatalf("octofs mount --daemon said %q; mounted: %v", out, mounted(dir))
 		}
 		t.Cleanup(func() { forceUnmount(dir) })
+		roundTrip(t, dir)
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Fatalf("umount: %v: %s", err, out)
+		}
+	})
+
+	// As mount(8) runs it: /sbin/mount.octofs for fstab type "octofs",
+	// and as mount.fuse3 runs it for type "fuse.octofs": `octofs SOURCE
+	// DIR -o ...`.
+	t.Run("helper", func(t *testing.T) {
+		helpers := t.TempDir()
+		for _, name := range []string{"mount.octofs", "octofs"} {
+			if err := os.Symlink(bin, filepath.Join(helpers, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := mountDir(t)
+		t.Cleanup(func() { forceUnmount(dir) })
+		helper := exec.Command(filepath.Join(helpers, "mount.octofs"), cluster, dir, "-o", "rw,nosuid,token_file="+cl.TokenFile+",ro,noatime,noexec,attr_timeout=2")
+		helper.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"} // as bare as mount(8)'s
+		if out, err := helper.CombinedOutput(); err != nil {
+			t.Fatalf("mount.octofs: %v: %s", err, out)
+		}
+		m := mountEntry(dir)
+		if len(m) < 4 || m[0] != cluster || m[2] != "fuse.octofs" {
+			t.Fatalf("/proc/mounts says %q, want source %s, type fuse.octofs", m, cluster)
+		}
+		for _, opt := range []string{"ro", "noatime", "noexec", "nosuid", "nodev"} {
+			if !slices.Contains(strings.Split(m[3], ","), opt) {
+				t.Errorf("/proc/mounts options %s, want %s among them", m[3], opt)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("a write in the read-only mount: %v, want EROFS", err)
+		}
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Fatalf("umount: %v: %s", err, out)
+		}
+
+		// mount.fuse3 runs the program by name through /bin/sh, with
+		// mount(8)'s sanitized environment: the test runs it as
+		// mount.fuse3 would rather than install it on the system's PATH.
+		fuse3 := exec.Command(filepath.Join(helpers, "octofs"), cluster, dir, "-o", "nosuid,nodev,token_file="+cl.TokenFile)
+		fuse3.Env = []string{}
+		if out, err := fuse3.CombinedOutput(); err != nil {
+			t.Fatalf("octofs SOURCE DIR -o ...: %v: %s", err, out)
+		}
+		if m := mountEntry(dir); len(m) < 3 || m[2] != "fuse.octofs" {
+			t.Fatalf("/proc/mounts says %q after octofs SOURCE DIR -o ...", m)
+		}
 		roundTrip(t, dir)
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
 			t.Fatalf("umount: %v: %s", err, out)
@@ -255,6 +306,18 @@ func mounted(dir string) bool {
 		}
 	}
 	return false
+}
+
+// mountEntry returns the fields of dir's line in /proc/self/mounts
+// (source, mount point, type, options, ...), or nil.
+func mountEntry(dir string) []string {
+	b, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[1] == dir {
+			return f
+		}
+	}
+	return nil
 }
 
 // forceUnmount detaches dir if it is still mounted (cleanup only).
