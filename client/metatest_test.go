@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octofs/octofs/dataplane/dpclient"
 	dpwire "github.com/octofs/octofs/dataplane/wire"
 	"github.com/octofs/octofs/metadata"
 	"github.com/octofs/octofs/metadata/mdclient"
@@ -20,8 +21,8 @@ import (
 // memCapacity is a fixed capacity for StatFS over metatest.
 type memCapacity struct{}
 
-func (memCapacity) StatFS(context.Context) (dpwire.Capacity, error) {
-	return dpwire.Capacity{Total: 64 << 20, Free: 32 << 20}, nil
+func (memCapacity) Space(context.Context) (dpclient.Space, error) {
+	return dpclient.Space{Capacity: dpwire.Capacity{Total: 64 << 20, Free: 32 << 20}, Writable: 32 << 20}, nil
 }
 
 // metaCluster is a metatest cluster and a data store its clients share.

@@ -14,7 +14,6 @@ import (
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane"
 	"github.com/octofs/octofs/dataplane/dpclient"
-	dpwire "github.com/octofs/octofs/dataplane/wire"
 	"github.com/octofs/octofs/metadata/mdclient"
 	"github.com/octofs/octofs/metadata/wire"
 	"github.com/octofs/octofs/rdma"
@@ -294,7 +293,7 @@ type mdNamespace struct {
 
 // capacity is what StatFS needs of the data engine.
 type capacity interface {
-	StatFS(ctx context.Context) (dpwire.Capacity, error)
+	Space(ctx context.Context) (dpclient.Space, error)
 }
 
 var (
@@ -440,18 +439,21 @@ func (n mdNamespace) Access(ctx context.Context, cred Cred, ino uint64, mask uin
 func (n mdNamespace) StatFS(ctx context.Context) (StatFS, error) {
 	var (
 		ns    wire.StatFSReply
-		space dpwire.Capacity
+		space dpclient.Space
 		wg    sync.WaitGroup
 		e1    error
 		e2    error
 	)
 	wg.Go(func() { ns, e1 = n.md.StatFS(ctx) })
-	wg.Go(func() { space, e2 = n.data.StatFS(ctx) })
+	wg.Go(func() { space, e2 = n.data.Space(ctx) })
 	wg.Wait()
 	if err := errors.Join(e1, e2); err != nil {
 		return StatFS{}, err
 	}
-	return StatFS{Bsize: statfsBlock, Blocks: space.Total / statfsBlock, Bfree: space.Free / statfsBlock, Bavail: space.Free / statfsBlock,
+	// Free is every node's; available is what a writer can fill before
+	// the fullest node (by its share of the partitions) answers ENOSPC,
+	// as df should tell.
+	return StatFS{Bsize: statfsBlock, Blocks: space.Total / statfsBlock, Bfree: space.Free / statfsBlock, Bavail: space.Writable / statfsBlock,
 		Files: ns.Files, Ffree: ns.Ffree, NameLen: MaxNameLen}, nil
 }
 

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -468,24 +470,58 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 
 // StatFS sums the data capacity of every node.
 func (e *Engine) StatFS(ctx context.Context) (wire.Capacity, error) {
+	s, err := e.Space(ctx)
+	return s.Capacity, err
+}
+
+// Space is the cluster's capacity as a writer meets it.
+type Space struct {
+	// Capacity is the sum over the nodes.
+	wire.Capacity
+	// Writable is what new data can take before some node runs out:
+	// data is striped over the nodes by partition, so a node holding a
+	// share s of the partitions takes a share s of new data, and the
+	// node whose free space is the smallest multiple of its share ends
+	// every writer's room with ENOSPC while the others still have some
+	// (at most Free).
+	Writable uint64
+}
+
+// Space asks every node for its capacity (StatFS is its sum).
+func (e *Engine) Space(ctx context.Context) (Space, error) {
 	m := e.cfg.Map.Current()
+	shares := map[cluster.NodeID]uint64{}
+	for _, id := range m.Partitions {
+		shares[id]++
+	}
 	var mu sync.Mutex
-	var c wire.Capacity
-	err := broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpStatfs, Header: e.header(m)}, func(r wire.Reply) {
+	var s Space
+	writable := uint64(math.MaxUint64)
+	err := broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpStatfs, Header: e.header(m)}, func(n cluster.NodeInfo, r wire.Reply) {
 		mu.Lock()
 		defer mu.Unlock()
-		c.Total += r.Capacity.Total
-		c.Free += r.Capacity.Free
-		c.Used += r.Capacity.Used
-		c.Quarantined += r.Capacity.Quarantined
+		s.Total += r.Capacity.Total
+		s.Free += r.Capacity.Free
+		s.Used += r.Capacity.Used
+		s.Quarantined += r.Capacity.Quarantined
+		if share := shares[n.ID]; share > 0 {
+			// Free × P / share, in 128 bits' worth of care: Free is
+			// below 2^64 and P below 2^32.
+			hi, lo := bits.Mul64(r.Capacity.Free, uint64(len(m.Partitions)))
+			if hi < share {
+				q, _ := bits.Div64(hi, lo, share)
+				writable = min(writable, q)
+			}
+		}
 	}, &e.stats)
-	return c, err
+	s.Writable = min(writable, s.Free)
+	return s, err
 }
 
 // broadcast sends req to every node of m that holds partitions, in
 // parallel, and calls each (if set) with every OK reply. A node that fails
 // makes it fail.
-func broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(wire.Reply), count *counters) error {
+func broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Request, each func(cluster.NodeInfo, wire.Reply), count *counters) error {
 	if !m.Initialized() {
 		return fmt.Errorf("%w: no cluster map", ErrIO)
 	}
@@ -517,7 +553,7 @@ func broadcast(ctx context.Context, rpc Caller, m *cluster.Map, req *wire.Reques
 				return
 			}
 			if each != nil {
-				each(rep)
+				each(n, rep)
 			}
 		}()
 	}
