@@ -3,6 +3,7 @@ package metadata
 import (
 	"context"
 
+	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/metadata/wire"
 	"github.com/octofs/octofs/rdma/rpc"
 )
@@ -21,4 +22,19 @@ func (s *Service) HoldPartition(ctx context.Context, id uint32) (release func(),
 	}
 	p.mu.Lock()
 	return p.mu.Unlock, true
+}
+
+// Opens returns inode ino's open count, and whether the inode exists.
+func (s *Service) Opens(ctx context.Context, ino uint64) (int, bool) {
+	p, st := s.partition(ctx, cluster.PartitionOf(ino))
+	if st != wire.StatusOK {
+		return 0, false
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	n := p.inodes[ino]
+	if n == nil {
+		return 0, false
+	}
+	return n.opens, true
 }

@@ -37,7 +37,8 @@ var inlineOps = []wire.Op{wire.OpNull, wire.OpLookup, wire.OpGetAttr, wire.OpRea
 	wire.OpReadDir}
 
 // inlineChanges are the ops that change the namespace tried inline.
-var inlineChanges = []wire.Op{wire.OpCreate, wire.OpMkdir, wire.OpSymlink, wire.OpUnlink, wire.OpRmdir, wire.OpOpen}
+var inlineChanges = []wire.Op{wire.OpCreate, wire.OpMkdir, wire.OpSymlink, wire.OpUnlink, wire.OpRmdir, wire.OpOpen,
+	wire.OpRelease}
 
 // inlineAttempt marks a request's context as an inline attempt;
 // gaveUp records that it reached a wait.

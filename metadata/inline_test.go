@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -165,4 +166,46 @@ func TestInlineChange(t *testing.T) {
 	page = wire.ReadDirReply{}
 	require.Equal(t, wire.StatusOK, status(out, &page))
 	require.Len(t, page.Entries, 2)
+
+	// A release is inline while it only ends an open; the last release
+	// of an orphan, which frees it, and one that must mark or trim
+	// blocks give up first, and run normally.
+	relName := name(true)
+	mk := call(wire.OpCreate, &wire.MakeRequest{Parent: d.Ino, Name: relName, Mode: wire.ModeRegular | 0o644})
+	var rel wire.MakeReply
+	require.Equal(t, wire.StatusOK, status(node.Svc.Handle(ctx, mk.Op, 0, mk.Payload), &rel))
+	ino := rel.Attr.Ino
+	opens := func() int {
+		n, _ := node.Svc.Opens(ctx, ino)
+		return n
+	}
+	open := func() {
+		t.Helper()
+		out, err := node.Svc.HandleInline(ctx, call(wire.OpOpen, &wire.OpenRequest{Ino: ino, Flags: wire.OpenReadOnly}))
+		require.NoError(t, err)
+		require.Equal(t, wire.StatusOK, status(out, &wire.AttrReply{}))
+	}
+	releaseRO := func() *rpc.Call {
+		return call(wire.OpRelease, &wire.ReleaseRequest{Ino: ino, Flags: wire.OpenReadOnly})
+	}
+	open()
+	open()
+	require.Equal(t, 2, opens())
+	out, err = node.Svc.HandleInline(ctx, releaseRO())
+	require.NoError(t, err, "a release that only ends an open is inline")
+	require.Equal(t, wire.StatusOK, status(out, &wire.Empty{}))
+	require.Equal(t, 1, opens())
+	alloc := call(wire.OpRelease, &wire.ReleaseRequest{Ino: ino, Flags: wire.OpenReadWrite | wire.ReleaseAllocated})
+	_, err = node.Svc.HandleInline(ctx, alloc)
+	require.ErrorIs(t, err, rpc.ErrNotInline, "marking blocks commits a record")
+	require.Equal(t, 1, opens(), "a release that gave up changed nothing")
+	rm := call(wire.OpUnlink, &wire.UnlinkRequest{Parent: d.Ino, Name: relName})
+	require.Equal(t, wire.StatusOK, status(node.Svc.Handle(ctx, rm.Op, 0, rm.Payload), &wire.DirReply{}))
+	last := releaseRO()
+	_, err = node.Svc.HandleInline(ctx, last)
+	require.ErrorIs(t, err, rpc.ErrNotInline, "the last release of an orphan frees it")
+	require.Equal(t, 1, opens(), "a release that gave up changed nothing")
+	require.Equal(t, wire.StatusOK, status(node.Svc.Handle(ctx, last.Op, 0, last.Payload), &wire.Empty{}))
+	require.Eventually(t, func() bool { _, ok := node.Svc.Opens(ctx, ino); return !ok }, 10*time.Second, 10*time.Millisecond,
+		"the orphan is freed after its last release")
 }

@@ -369,6 +369,9 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 		return fail(st)
 	}
 	write := q.Flags&wire.OpenAccessMode != wire.OpenReadOnly
+	if inlineOf(ctx) != nil {
+		return s.releaseInline(ctx, r, p, q, write)
+	}
 	if s.sessions.dropOpen(r.key, q.Ino, write) {
 		if write && q.Flags&wire.ReleaseAllocated != 0 {
 			p.markBlocks(q.Ino)
@@ -379,6 +382,33 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 			// one else can make the owner trim a file.
 			p.trimAhead(q.Ino)
 		}
+	}
+	return ok(&wire.Empty{})
+}
+
+// releaseInline is release on the RPC worker (inline.go), for the common
+// end of an open that changes nothing durable: the open's registration
+// and the inode's open count go, in memory. A release that would commit
+// (a writer that allocated blocks marks the inode), trim blocks written
+// ahead, or free an orphan with its last open gives up before it
+// changes anything, as does one that finds the partition locked.
+func (s *Service) releaseInline(ctx context.Context, r *request, p *partition, q *wire.ReleaseRequest, write bool) result {
+	if write && q.Flags&(wire.ReleaseAllocated|wire.ReleaseTrimAhead) != 0 {
+		mustNotWait(ctx)
+		return fail(wire.StatusNotReady)
+	}
+	if !lockPartition(ctx, p) {
+		return fail(wire.StatusNotReady)
+	}
+	defer p.mu.Unlock()
+	n := p.inodes[q.Ino]
+	if n != nil && n.opens <= 1 && n.rec.Flags&wire.InodeOrphan != 0 {
+		mustNotWait(ctx)
+		return fail(wire.StatusNotReady)
+	}
+	// p.mu before the session table's lock, as open takes them.
+	if s.sessions.dropOpen(r.key, q.Ino, write) && n != nil {
+		n.opens = max(0, n.opens-1)
 	}
 	return ok(&wire.Empty{})
 }
