@@ -293,7 +293,7 @@ func (c *Client) newFile(cred Cred, a Attr, flags int) *File {
 	return f
 }
 
-// dataVersions remembers, per file, its data version (dataVersionOf) at
+// dataVersions remembers, per file, its data version (DataVersionOf) at
 // the last open, bounded to dataVersionsMax files.
 //
 // Close-to-open lets an open keep the extent maps cached before it when
@@ -306,34 +306,38 @@ func (c *Client) newFile(cred Cred, a Attr, flags int) *File {
 // extents hold a lease, and an owner reuses no block a lease covers.
 type dataVersions struct {
 	mu sync.Mutex
-	m  map[uint64]dataVersion
+	m  map[uint64]DataVersion
 }
 
 const dataVersionsMax = 1 << 14
 
-// dataVersion leaves st_blocks out: the owner counts a file's blocks
-// after the commit that changed them (which moved mtime or ctime), so the
-// count landing alone says nothing new about the data.
-type dataVersion struct {
+// DataVersion tells a file's data apart across opens: every change of a
+// file's data by any client ends in a commit at the inode's owner that
+// moves its mtime or ctime, so two answers with the same version hold
+// the same data. It leaves st_blocks out: the owner counts a file's
+// blocks after the commit that changed them, so the count landing alone
+// says nothing new about the data.
+type DataVersion struct {
 	gen, size    uint64
 	mtime, ctime int64
 }
 
-func dataVersionOf(a Attr) dataVersion {
-	return dataVersion{a.Gen, a.Size, a.Mtime.UnixNano(), a.Ctime.UnixNano()}
+// DataVersionOf is the data version of attributes a.
+func DataVersionOf(a Attr) DataVersion {
+	return DataVersion{a.Gen, a.Size, a.Mtime.UnixNano(), a.Ctime.UnixNano()}
 }
 
 // unchanged records a's data version and reports whether it is the one
 // recorded before.
 func (d *dataVersions) unchanged(a Attr) bool {
-	v := dataVersionOf(a)
+	v := DataVersionOf(a)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if old, ok := d.m[a.Ino]; ok && old == v {
 		return true
 	}
 	if d.m == nil {
-		d.m = make(map[uint64]dataVersion)
+		d.m = make(map[uint64]DataVersion)
 	}
 	if len(d.m) >= dataVersionsMax {
 		clear(d.m)
@@ -386,7 +390,7 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	n := int(min(uint64(len(p)), size-uint64(off)))
 	var touched chan struct{}
-	if f.atimeDue() {
+	if f.AtimeDue() {
 		// The atime update goes to the inode's owner while the
 		// bytes come from the chunks' owners: one round trip for
 		// both, not two in a row.
@@ -406,15 +410,12 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// AtimeDue reports whether a read through f would update atime
-// (relatime's rule, on the times this client knows; never for an
-// O_NOATIME open). A read that a cache answers without calling Read
-// updates nothing.
-func (f *File) AtimeDue() bool { return f.atimeDue() }
-
-// atimeDue reports whether a read through f is to update atime
-// (touchAtime), or wait for an update under way.
-func (f *File) atimeDue() bool {
+// AtimeDue reports whether a read through f is to update atime
+// (touchAtime: relatime's rule on the times this client knows; never for
+// an O_NOATIME open or a noatime client), or wait for an update under
+// way. A read that a cache answers without calling ReadAt updates
+// nothing.
+func (f *File) AtimeDue() bool {
 	if f.noAtime() {
 		return false
 	}

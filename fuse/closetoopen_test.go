@@ -21,7 +21,7 @@ import (
 // everything, close) must return the reference's size and bytes. It
 // found that the kernel kept its cached attributes across opens (seed 1,
 // change 39: after an ftruncate to 55858 through one mount, fstat through
-// the other said 149041; node.reconcile). A failure names its seed;
+// the other said 149041; node.opened). A failure names its seed;
 // OCTOFS_C2O_SEED replays one.
 func TestTwoMountsCloseToOpen(t *testing.T) {
 	forEachFixture(t, func(t *testing.T, f *fixture) {

@@ -55,7 +55,7 @@
 // The kernel caches entries and attributes for Options.EntryTimeout and
 // AttrTimeout (default 1s) and negative lookups not at all, and file pages
 // across opens only while the owner's answer to each open shows that the
-// data did not change (node.keepPages): an open always sees what other
+// data did not change (node.opened): an open always sees what other
 // mounts closed before it (close-to-open). The
 // writeback cache is off, so every write reaches the client library at once
 // and size and mtime are committed on close and fsync: with it, the kernel

@@ -17,7 +17,6 @@ import (
 type handle struct {
 	fsys *FS
 	n    *node // the inode's node, whose kernelSaw the handle's answers feed
-	ino  uint64
 	f    *client.File
 
 	mu          sync.Mutex
@@ -39,8 +38,8 @@ var (
 	_ fs.FileLseeker   = (*handle)(nil)
 )
 
-func newHandle(fsys *FS, n *node, ino uint64, f *client.File) *handle {
-	return &handle{fsys: fsys, n: n, ino: ino, f: f}
+func newHandle(fsys *FS, n *node, f *client.File) *handle {
+	return &handle{fsys: fsys, n: n, f: f}
 }
 
 func (h *handle) fail(op string, err error) syscall.Errno { return errno(h.fsys.log, op, err) }

@@ -323,10 +323,10 @@ func (fsys *FS) noteLocker(h *handle, owner uint64) {
 	h.mu.Unlock()
 	fsys.lockMu.Lock()
 	defer fsys.lockMu.Unlock()
-	hs := fsys.lockers[h.ino]
+	hs := fsys.lockers[h.f.Ino()]
 	if hs == nil {
 		hs = make(map[*handle]struct{})
-		fsys.lockers[h.ino] = hs
+		fsys.lockers[h.f.Ino()] = hs
 	}
 	hs[h] = struct{}{}
 }
@@ -335,10 +335,10 @@ func (fsys *FS) noteLocker(h *handle, owner uint64) {
 func (fsys *FS) forgetLocker(h *handle) {
 	fsys.lockMu.Lock()
 	defer fsys.lockMu.Unlock()
-	if hs := fsys.lockers[h.ino]; hs != nil {
+	if hs := fsys.lockers[h.f.Ino()]; hs != nil {
 		delete(hs, h)
 		if len(hs) == 0 {
-			delete(fsys.lockers, h.ino)
+			delete(fsys.lockers, h.f.Ino())
 		}
 	}
 }

@@ -20,74 +20,62 @@ type node struct {
 	fs.Inode
 	fsys *FS
 
-	// seen is what the kernel was last told of the inode's size and
-	// times (kernelSaw), for opens to tell whether its attribute cache
-	// is behind the cluster (reconcile).
-	seenMu sync.Mutex
-	seen   attrStamp
-	// pages is the stamp of the data in the kernel's page cache: the
-	// owner's answer to the open that last let the kernel keep or drop
-	// it (keepPages); pagesSet says there was one.
-	pages    attrStamp
+	// seen is what the kernel was last told of the inode's data version
+	// (kernelSaw), for opens to tell whether its attribute cache is
+	// behind the cluster; pages is the data version of the kernel's
+	// cached pages of the file: the owner's answer to the open that last
+	// let the kernel keep or drop them (pagesSet: there was one).
+	seenMu   sync.Mutex
+	seen     client.DataVersion
+	pages    client.DataVersion
 	pagesSet bool
-}
-
-// attrStamp is what tells attributes apart when the file changed.
-type attrStamp struct {
-	gen, size    uint64
-	mtime, ctime time.Time
-}
-
-func stampOf(a *client.Attr) attrStamp { return attrStamp{a.Gen, a.Size, a.Mtime, a.Ctime} }
-
-// keepPages is for a buffered open whose owner answered a: it reports
-// whether the kernel may keep the pages it cached of the file before
-// (FOPEN_KEEP_CACHE), and records a as the pages' stamp. Close-to-open
-// allows it when the file's data cannot have changed since those pages
-// were read: every change of a file's data by any client ends in a commit
-// at the owner that moves its mtime or ctime (write, truncate, fallocate,
-// punch; the same rule lets the client library keep extent maps across
-// opens), and the owner answers the open. An open that does not keep the
-// pages drops them, so the pages cached after it were read after the
-// stamp it recorded. Writes through this mount keep the page cache right
-// as they go, but their commit moves the stamp too, so the next open
-// reads the file again: cheap and safe. An open through which a read is
-// due to update atime (client.File.AtimeDue) drops them too: a read that
-// the page cache answers reaches nobody who could update it.
-func (n *node) keepPages(a *client.Attr, atimeDue bool) bool {
-	st := stampOf(a)
-	n.seenMu.Lock()
-	defer n.seenMu.Unlock()
-	keep := !atimeDue && n.pagesSet && n.pages == st
-	n.pages, n.pagesSet = st, true
-	return keep
 }
 
 // kernelSaw records that the kernel was given a, the inode's attributes.
 func (n *node) kernelSaw(a *client.Attr) {
 	n.seenMu.Lock()
-	n.seen = stampOf(a)
+	n.seen = client.DataVersionOf(*a)
 	n.seenMu.Unlock()
 }
 
-// reconcile is for an open whose owner answered a: close-to-open says
-// the open sees what other mounts closed before it, but the kernel keeps
-// the attributes it was given for the attribute timeout, across opens,
-// and bounds reads by the size it holds (a file another mount shrank
-// kept its old size in fstat; one it grew read short). If a differs from
-// what the kernel was last given, the kernel's attributes are dropped,
-// so that it asks again (the client answers from the open's reply).
-func (n *node) reconcile(a *client.Attr) {
-	st := stampOf(a)
+// opened is for a buffered open (direct: O_DIRECT) whose owner answered
+// a; it reports whether the kernel may keep the pages it cached of the
+// file before (FOPEN_KEEP_CACHE).
+//
+// Close-to-open says the open sees what other mounts closed before it.
+// The kernel keeps the attributes it was given for the attribute
+// timeout, across opens, and bounds reads by the size it holds (a file
+// another mount shrank kept its old size in fstat; one it grew read
+// short): if a differs from what the kernel was last given, its
+// attributes are dropped, so that it asks again (the client answers from
+// the open's reply).
+//
+// The pages may stay when a is the answer the open that last kept or
+// dropped them had: every change of a file's data by any client moves
+// its data version (client.DataVersion; the client library keeps extent
+// maps across opens by the same rule). An open that does not keep them
+// drops them, so pages cached after it were read after the version it
+// recorded. Writes through this mount keep the page cache right as they
+// go, but their commit moves the version too, so the next open reads the
+// file again: cheap and safe. An open through which a read is due to
+// update atime drops them too: a read the page cache answers reaches
+// nobody who could update it.
+func (n *node) opened(a *client.Attr, direct, atimeDue bool) (keep bool) {
+	v := client.DataVersionOf(*a)
 	n.seenMu.Lock()
-	same := n.seen == st
-	n.seen = st
+	stale := n.seen != v
+	n.seen = v
+	if !direct {
+		keep = !atimeDue && n.pagesSet && n.pages == v
+		n.pages, n.pagesSet = v, true
+	}
 	n.seenMu.Unlock()
-	if !same {
+	if stale {
 		// A negative offset drops the attributes only; the open drops
-		// the cached pages itself unless keepPages keeps them.
+		// the cached pages itself unless it keeps them.
 		n.NotifyContent(-1, 0)
 	}
+	return keep
 }
 
 // The operations node implements; a missing one would silently fall back
@@ -288,7 +276,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fail("create", err)
 	}
 	child := n.entry(ctx, &a, out)
-	return child, newHandle(n.fsys, child.Operations().(*node), a.Ino, f), fuseOpenFlags(flags), 0
+	return child, newHandle(n.fsys, child.Operations().(*node), f), fuseOpenFlags(flags), 0
 }
 
 // Tmpfile answers open(2) with O_TMPFILE: a file with no name, which
@@ -300,7 +288,7 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 		return nil, nil, 0, n.fail("tmpfile", err)
 	}
 	child := n.entry(ctx, &a, out)
-	return child, newHandle(n.fsys, child.Operations().(*node), a.Ino, f), fuseOpenFlags(flags), 0
+	return child, newHandle(n.fsys, child.Operations().(*node), f), fuseOpenFlags(flags), 0
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -389,12 +377,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, n.fail("open", err)
 	}
 	a := f.Opened()
-	n.reconcile(&a)
 	fl := fuseOpenFlags(flags)
-	if fl&fuse.FOPEN_DIRECT_IO == 0 && n.keepPages(&a, f.AtimeDue()) {
+	if n.opened(&a, fl&fuse.FOPEN_DIRECT_IO != 0, f.AtimeDue()) {
 		fl |= fuse.FOPEN_KEEP_CACHE
 	}
-	return newHandle(n.fsys, n, n.ino(), f), fl, 0
+	return newHandle(n.fsys, n, f), fl, 0
 }
 
 // staleOpen answers an open of an inode that was freed after the kernel
