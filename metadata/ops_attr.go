@@ -369,46 +369,30 @@ func (s *Service) release(ctx context.Context, r *request, q *wire.ReleaseReques
 		return fail(st)
 	}
 	write := q.Flags&wire.OpenAccessMode != wire.OpenReadOnly
-	if inlineOf(ctx) != nil {
-		return s.releaseInline(ctx, r, p, q, write)
-	}
-	if s.sessions.dropOpen(r.key, q.Ino, write) {
-		if write && q.Flags&wire.ReleaseAllocated != 0 {
-			p.markBlocks(q.Ino)
-		}
-		p.releaseOpens(ctx, q.Ino, 1)
-		if write && q.Flags&wire.ReleaseTrimAhead != 0 {
-			// Only the end of a write open the client held asks: no
-			// one else can make the owner trim a file.
-			p.trimAhead(q.Ino)
-		}
-	}
-	return ok(&wire.Empty{})
-}
-
-// releaseInline is release on the RPC worker (inline.go), for the common
-// end of an open that changes nothing durable: the open's registration
-// and the inode's open count go, in memory. A release that would commit
-// (a writer that allocated blocks marks the inode), trim blocks written
-// ahead, or free an orphan with its last open gives up before it
-// changes anything, as does one that finds the partition locked.
-func (s *Service) releaseInline(ctx context.Context, r *request, p *partition, q *wire.ReleaseRequest, write bool) result {
-	if write && q.Flags&(wire.ReleaseAllocated|wire.ReleaseTrimAhead) != 0 {
-		mustNotWait(ctx)
+	mark := write && q.Flags&wire.ReleaseAllocated != 0
+	trim := write && q.Flags&wire.ReleaseTrimAhead != 0
+	// On the RPC worker (inline.go) a release only ends the open, in
+	// memory: it gives up before changing anything when it would commit
+	// (a writer that allocated blocks marks the inode), trim blocks
+	// written ahead, or free an orphan with its last open.
+	if (mark || trim) && mustNotWait(ctx) {
 		return fail(wire.StatusNotReady)
 	}
 	if !lockPartition(ctx, p) {
 		return fail(wire.StatusNotReady)
 	}
 	defer p.mu.Unlock()
-	n := p.inodes[q.Ino]
-	if n != nil && n.opens <= 1 && n.rec.Flags&wire.InodeOrphan != 0 {
-		mustNotWait(ctx)
+	if n := p.inodes[q.Ino]; n != nil && n.opens <= 1 && n.rec.Flags&wire.InodeOrphan != 0 && mustNotWait(ctx) {
 		return fail(wire.StatusNotReady)
 	}
 	// p.mu before the session table's lock, as open takes them.
-	if s.sessions.dropOpen(r.key, q.Ino, write) && n != nil {
-		n.opens = max(0, n.opens-1)
+	if s.sessions.dropOpen(r.key, q.Ino, write) {
+		p.endOpensLocked(q.Ino, 1, mark)
+		if trim {
+			// Only the end of a write open the client held asks: no
+			// one else can make the owner trim a file.
+			p.trimAhead(q.Ino)
+		}
 	}
 	return ok(&wire.Empty{})
 }
@@ -432,19 +416,32 @@ func (p *partition) trimAhead(ino uint64) {
 	})
 }
 
-// markBlocks marks regular file ino InodeHasBlocks: blocks past its size
-// may exist, and must be freed with it.
-func (p *partition) markBlocks(ino uint64) {
+// endOpens ends k opens of ino: mark says they were a writer's that may
+// have allocated blocks past the size that no commit covers, so the inode
+// is marked InodeHasBlocks first (they are freed with it); an orphan left
+// without opens is freed.
+func (p *partition) endOpens(ino uint64, k int, mark bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.endOpensLocked(ino, k, mark)
+}
+
+// endOpensLocked is endOpens with p.mu held.
+func (p *partition) endOpensLocked(ino uint64, k int, mark bool) {
 	n := p.inodes[ino]
-	if n == nil || !n.isRegular() || n.rec.Flags&(wire.InodeHasBlocks|wire.InodeFreeing) != 0 {
+	if n == nil {
 		return
 	}
-	rec := n.rec
-	rec.Flags |= wire.InodeHasBlocks
-	if err := p.commit(&rec); err != nil {
-		p.svc.log.Error("marking an inode as holding blocks past its size failed; they may leak", "ino", ino, "err", err)
+	if mark && n.isRegular() && n.rec.Flags&(wire.InodeHasBlocks|wire.InodeFreeing) == 0 {
+		rec := n.rec
+		rec.Flags |= wire.InodeHasBlocks
+		if err := p.commit(&rec); err != nil {
+			p.svc.log.Error("marking an inode as holding blocks past its size failed; they may leak", "ino", ino, "err", err)
+		}
+	}
+	n.opens = max(0, n.opens-k)
+	if n.opens == 0 && n.rec.Flags&wire.InodeOrphan != 0 && !n.busy {
+		p.startFree(n)
 	}
 }
 
@@ -452,20 +449,6 @@ func (p *partition) markBlocks(ino uint64) {
 // size: a shrink, or a file marked InodeHasBlocks.
 func hasBlocksPast(rec *wire.InodeRecord, size uint64) bool {
 	return size < rec.Size || (size == rec.Size && rec.Flags&wire.InodeHasBlocks != 0)
-}
-
-// releaseOpens ends k opens of ino; an orphan without opens is freed.
-func (p *partition) releaseOpens(ctx context.Context, ino uint64, k int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := p.inodes[ino]
-	if n == nil {
-		return
-	}
-	n.opens = max(0, n.opens-k)
-	if n.opens == 0 && n.rec.Flags&wire.InodeOrphan != 0 && !n.busy {
-		p.startFree(n)
-	}
 }
 
 // freeOrphans frees the orphans nobody reclaimed (after a restart's

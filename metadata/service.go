@@ -486,12 +486,9 @@ func (s *Service) janitor(ctx context.Context) {
 func (s *Service) endSession(ctx context.Context, sess *session) {
 	for ino, oc := range sess.opens {
 		if p := s.localPartition(ctx, cluster.PartitionOf(ino)); p != nil {
-			if oc.writers > 0 {
-				// A writer that vanished may have had blocks
-				// allocated that no commit covers.
-				p.markBlocks(ino)
-			}
-			p.releaseOpens(ctx, ino, oc.n)
+			// A writer that vanished may have had blocks allocated
+			// that no commit covers.
+			p.endOpens(ino, oc.n, oc.writers > 0)
 		}
 	}
 	for _, p := range s.loaded() {
