@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -172,13 +173,26 @@ func helperOption(key string) (string, int) {
 	return "", optUnknown
 }
 
-// secondsOrDuration parses "1", "0.5" (seconds) or "1s", "500ms".
+// secondsOrDuration parses "1", "0.5" (seconds) or "1s", "500ms": a
+// duration from zero to maxOptionDuration (a NaN, an infinity or a
+// negative number would otherwise become a nonsense duration).
 func secondsOrDuration(s string) (time.Duration, error) {
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 {
-			return 0, errors.New("negative")
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil {
+			return 0, fmt.Errorf("want seconds (2.5) or a duration (500ms)")
 		}
-		return time.Duration(f * float64(time.Second)), nil
+		if math.IsNaN(f) || f < 0 || f > maxOptionDuration.Seconds() {
+			return 0, fmt.Errorf("want 0 to %v", maxOptionDuration)
+		}
+		d = time.Duration(f * float64(time.Second))
 	}
-	return time.ParseDuration(s)
+	if d < 0 || d > maxOptionDuration {
+		return 0, fmt.Errorf("want 0 to %v", maxOptionDuration)
+	}
+	return d, nil
 }
+
+// maxOptionDuration bounds the helper's timeouts: a day.
+const maxOptionDuration = 24 * time.Hour
