@@ -9,7 +9,9 @@
 # DEMO_PMEM_DIR (where the regions go; a directory of its own under
 # /dev/shm where there is one, else DEMO_DIR), DEMO_JOBS (cp -a processes
 # copying the tree at once, 4), DEMO_PORT (first port tried, 17400),
-# DEMO_TIMEOUT (seconds to form, 60), DEMO_KEEP=1 leaves the cluster
+# DEMO_TIMEOUT (seconds to form, 60), DEMO_PMEM_MB (each node's region
+# in MiB; 1024 where the regions' file system has four times that free for
+# every node, else 256), DEMO_KEEP=1 leaves the cluster
 # running and mounted when the script ends (scripts/demo.sh stop, or make
 # demo-stop, takes it down).
 #
@@ -146,7 +148,24 @@ region() { echo "$PMEM_DIR/n$1.pmem"; }
 # node_args I: the flags of node I beyond the control plane's: its region
 # and where clients reach it over RDMA.
 node_args() {
-	echo --pmem "$(region "$1")" --pmem-size $((256 << 20)) --rdma-addr "$(rdma_addr "$1")"
+	echo --pmem "$(region "$1")" --pmem-size $((PMEM_MB << 20)) --rdma-addr "$(rdma_addr "$1")"
+}
+
+# pmem_mb: each region's size in MiB. A region on tmpfs is memory (it is
+# prefaulted), so the default is 1 GiB only where the file system has four
+# times the cluster's total free; a real workload (a build, a database, a
+# test suite's large files) fills 3 x 256 MiB quickly.
+pmem_mb() {
+	if [ -n "${DEMO_PMEM_MB:-}" ]; then
+		case $DEMO_PMEM_MB in
+		*[!0-9]* | 0*) echo "demo: DEMO_PMEM_MB=$DEMO_PMEM_MB is not a size in MiB (say 1024)" >&2; return 1 ;;
+		esac
+		echo "$DEMO_PMEM_MB"
+		return
+	fi
+	local free_mb
+	free_mb=$(df -Pm "$PMEM_DIR" | awk 'NR == 2 { print $4 }')
+	if [ "${free_mb:-0}" -ge $((4 * 1024 * NODES)) ]; then echo 1024; else echo 256; fi
 }
 
 if [ -f "$STATE" ]; then
@@ -168,6 +187,7 @@ else
 	PMEM_DIR=$WORK
 fi
 mkdir -p "$PMEM_DIR"
+PMEM_MB=$(pmem_mb)
 
 start_node() {
 	local i=$1
@@ -179,7 +199,7 @@ start_node() {
 		--heartbeat-interval 200ms --down-after 2s \
 		"$@" $(node_args "$i") >"$WORK/n$i/log" 2>&1 &
 	pids+=($!)
-	echo "   n$i: pid $!, admin $(admin_addr "$i"), raft $(raft_addr "$i"), rdma $(rdma_addr "$i"), region $(region "$i"), log $WORK/n$i/log"
+	echo "   n$i: pid $!, admin $(admin_addr "$i"), raft $(raft_addr "$i"), rdma $(rdma_addr "$i"), region $(region "$i") ($PMEM_MB MiB), log $WORK/n$i/log"
 }
 
 # wait_until SECONDS DESCRIPTION COMMAND...: poll COMMAND until it succeeds.
