@@ -182,13 +182,25 @@ func (t *openTable) overlay(a Attr) Attr {
 	a = oi.newer(a)
 	oi.learn(a)
 	if oi.dirty {
-		a.Size = max(a.Size, oi.size)
+		if oi.size > a.Size {
+			// The owner counts no blocks for writes not yet committed:
+			// count the growth as allocated, the owner's own estimate
+			// for a size it has not counted, so that st_blocks does not
+			// say a file just written (or fallocated) holds nothing
+			// (tar --sparse archives such a file as one hole).
+			a.Blocks += blocksBelow(oi.size) - blocksBelow(a.Size)
+			a.Size = oi.size
+		}
 		if oi.mtime.After(a.Mtime) {
 			a.Mtime, a.Ctime = oi.mtime, oi.mtime
 		}
 	}
 	return a
 }
+
+// blocksBelow is st_blocks (512-byte units) of size bytes in whole 4 KiB
+// blocks.
+func blocksBelow(size uint64) uint64 { return (size + 4095) / 4096 * 8 }
 
 // File is an open regular file: what FUSE keeps as a file handle and what
 // the native API's FSFile wraps. Its methods are safe for concurrent use;

@@ -363,6 +363,52 @@ func TestBlocksOfSparseFiles(t *testing.T) {
 	expect(empty, 0)
 }
 
+// TestBlocksWhileWriting checks st_blocks at once, without waiting for
+// the owners' count: a file being written, fsynced, or grown by fallocate
+// counts its new blocks (as the owner's estimate does), not 0 until its
+// first count. Before, fstat during the writes and stat up to the
+// attribute timeout after the close said 0 blocks.
+func TestBlocksWhileWriting(t *testing.T) {
+	_, d := clusterMountDir(t, "blocksnow")
+	blocks := func(what string, fd *os.File, min int64) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(fd.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Blocks < min {
+			t.Errorf("%s: st_blocks %d, want at least %d (size %d)", what, st.Blocks, min, st.Size)
+		}
+	}
+	w, err := os.Create(filepath.Join(d, "written"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(bytes.Repeat([]byte{1}, 100000)); err != nil {
+		t.Fatal(err)
+	}
+	blocks("after a write", w, 100000/512)
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	blocks("after fsync", w, 100000/512)
+
+	f, err := os.Create(filepath.Join(d, "fallocated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	blocks("after fallocate", f, 2048)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	blocks("after fallocate and fsync", f, 2048)
+}
+
 // clusterMountDir mounts a new client of a 3-node cluster with the default
 // options and returns the client and a new directory name in the mount.
 func clusterMountDir(t *testing.T, name string) (*client.Client, string) {
