@@ -9,6 +9,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/octofs/octofs/client"
 )
@@ -83,6 +84,7 @@ func (n *node) opened(a *client.Attr, direct, atimeDue bool) (keep bool) {
 var (
 	_ fs.NodeLookuper       = (*node)(nil)
 	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeStatxer        = (*node)(nil)
 	_ fs.NodeSetattrer      = (*node)(nil)
 	_ fs.NodeCreater        = (*node)(nil)
 	_ fs.NodeTmpfiler       = (*node)(nil)
@@ -135,6 +137,30 @@ func fillAttr(a *client.Attr, out *fuse.Attr) {
 	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
 }
 
+// fillStatx converts the client's attributes to FUSE's statx answer:
+// stat(2)'s fields and the birth time when the owner recorded one.
+func fillStatx(a *client.Attr, out *fuse.Statx) {
+	out.Mask = unix.STATX_BASIC_STATS
+	out.Ino = a.Ino
+	out.Size = a.Size
+	out.Blocks = a.Blocks
+	out.Mode = uint16(a.Mode)
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.UID, a.GID
+	out.RdevMajor, out.RdevMinor = unix.Major(a.Rdev), unix.Minor(a.Rdev)
+	out.Blksize = a.Blksize
+	sx := func(t time.Time, to *fuse.SxTime) {
+		to.Sec, to.Nsec = uint64(t.Unix()), uint32(t.Nanosecond())
+	}
+	sx(a.Atime, &out.Atime)
+	sx(a.Mtime, &out.Mtime)
+	sx(a.Ctime, &out.Ctime)
+	if !a.Btime.IsZero() {
+		sx(a.Btime, &out.Btime)
+		out.Mask |= unix.STATX_BTIME
+	}
+}
+
 // entry fills out and returns the go-fuse inode for a (found or made by
 // this directory).
 func (n *node) entry(ctx context.Context, a *client.Attr, out *fuse.EntryOut) *fs.Inode {
@@ -161,6 +187,30 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	a, e := n.getattr(ctx, f)
+	if e != 0 {
+		return e
+	}
+	fillAttr(&a, &out.Attr)
+	out.SetTimeout(n.fsys.o.AttrTimeout)
+	return 0
+}
+
+// Statx is what the kernel asks instead of Getattr when the caller of
+// statx(2) wants more than stat(2) gives: here, the birth time.
+func (n *node) Statx(ctx context.Context, f fs.FileHandle, flags uint32, mask uint32, out *fuse.StatxOut) syscall.Errno {
+	a, e := n.getattr(ctx, f)
+	if e != 0 {
+		return e
+	}
+	fillStatx(&a, &out.Statx)
+	out.SetTimeout(n.fsys.o.AttrTimeout)
+	return 0
+}
+
+// getattr answers Getattr and Statx: through the open file when there is
+// one (its unflushed writes count), else by inode.
+func (n *node) getattr(ctx context.Context, f fs.FileHandle) (client.Attr, syscall.Errno) {
 	ctx = detach(ctx)
 	var a client.Attr
 	var err error
@@ -170,12 +220,10 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		a, err = n.fsys.c.GetAttr(ctx, n.cred(ctx), n.ino())
 	}
 	if err != nil {
-		return n.failIno("getattr", err)
+		return a, n.failIno("getattr", err)
 	}
 	n.kernelSaw(&a)
-	fillAttr(&a, &out.Attr)
-	out.SetTimeout(n.fsys.o.AttrTimeout)
-	return 0
+	return a, 0
 }
 
 // ftime converts a FUSE time (seconds, nanoseconds) to a time.Time.
