@@ -69,6 +69,29 @@ func (n *inode) attrWith(rec *wire.InodeRecord) wire.Attr {
 	return nn.attr()
 }
 
+// resized is attrWith for a new record rec of regular file n that changes
+// its size and writes nothing (setattr's size, a truncate's end): a grow
+// allocates no block and a shrink frees those past the new size, so a
+// count known before stays known, capped at the blocks below the new
+// size, where attrWith would answer the estimate from the size (a file
+// grown to 1 TiB by truncate would say 1 TiB of blocks, and cp would copy
+// it as a dense file). keep, called once rec is applied, keeps that count
+// until the one the commit started says exactly. p.mu is held
+// exclusively.
+func (p *partition) resized(n *inode, rec *wire.InodeRecord) (a wire.Attr, keep func()) {
+	a = n.attrWith(rec)
+	if !n.isRegular() || !n.usageKnown {
+		return a, func() {}
+	}
+	usage := min(n.usage, (rec.Size+4095)/4096*4096)
+	a.Blocks = (usage + 511) / 512
+	return a, func() {
+		if m := p.inodes[rec.Ino]; m != nil && m.rec == *rec {
+			m.usage, m.usageKnown = usage, true
+		}
+	}
+}
+
 // noteUsage applies ch to the count of ino, whose record was just
 // applied; p.mu is held exclusively.
 func (p *partition) noteUsage(ino uint64, ch usageChange) {

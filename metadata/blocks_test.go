@@ -77,3 +77,37 @@ func TestBlocksCounted(t *testing.T) {
 	require.Never(t, func() bool { return gblocks() != 24 }, 300*time.Millisecond, 10*time.Millisecond,
 		"st_blocks other than the estimate (three 4 KiB blocks) after a failed count")
 }
+
+// TestBlocksKeptAcrossResize: a truncate writes nothing, so a count known
+// before it stays in the reply and in the stats right after it (capped at
+// the blocks below a smaller size), instead of the estimate from the size
+// until the new count: a sparse file grown to 1 TiB said 1 TiB of blocks,
+// so that du and cp's sparse test (st_blocks below the size) took it for
+// a dense file.
+func TestBlocksKeptAcrossResize(t *testing.T) {
+	c, cl := newCluster(t)
+	a, err := cl.Create(bg, root, rootIno, "f", 0o644, 0, false, 0)
+	require.NoError(t, err)
+	c.Data.SetUsage(a.Ino, 1<<20)
+	_, err = cl.WriteCommit(bg, root, a.Ino, 100<<20, wire.TimespecOf(time.Now()))
+	require.NoError(t, err)
+	blocks := func() uint64 {
+		t.Helper()
+		b, err := cl.GetAttr(bg, root, a.Ino, 0)
+		require.NoError(t, err)
+		return b.Blocks
+	}
+	require.Eventually(t, func() bool { return blocks() == 2048 }, 10*time.Second, time.Millisecond)
+
+	r, err := cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: a.Ino, Valid: wire.SetSize, Size: 1 << 40})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2048), r.Blocks, "st_blocks in the reply of a grow to 1 TiB")
+	require.Equal(t, uint64(2048), blocks(), "st_blocks right after a grow to 1 TiB")
+
+	c.Data.SetUsage(a.Ino, 4096)
+	r, err = cl.SetAttr(bg, root, wire.SetAttrRequest{Ino: a.Ino, Valid: wire.SetSize, Size: 4096})
+	require.NoError(t, err)
+	require.LessOrEqual(t, r.Blocks, uint64(8), "st_blocks in the reply of a shrink to 4 KiB")
+	require.LessOrEqual(t, blocks(), uint64(8), "st_blocks right after a shrink to 4 KiB")
+	require.Eventually(t, func() bool { return blocks() == 8 }, 10*time.Second, time.Millisecond)
+}

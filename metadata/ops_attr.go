@@ -122,13 +122,16 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 		// the size is published.
 		return p.truncate(r, n, rec, q.Size)
 	}
+	attr, keep := n.attrWith(&rec), func() {}
 	if v&wire.SetSize != 0 {
 		rec.Size = q.Size
+		attr, keep = p.resized(n, &rec)
 	}
-	res := ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
+	res := ok(&wire.AttrReply{Attr: attr})
 	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
 		return fail(wire.StatusInternal)
 	}
+	keep()
 	return res
 }
 
@@ -194,7 +197,8 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 	// marks the inode again (release, endSession).
 	rec.Flags &^= wire.InodeHasBlocks
 	moved := usageMoves(&n.rec, &rec)
-	res := ok(&wire.AttrReply{Attr: n.attrWith(&rec)})
+	attr, keep := p.resized(n, &rec)
+	res := ok(&wire.AttrReply{Attr: attr})
 	recs := []wire.Record{&rec, &wire.IntentDoneRecord{Txn: in.Txn}}
 	if in.Seq != 0 {
 		recs = append(recs, &wire.RequestRecord{ClientID: in.ClientID, Incarnation: in.Incarnation, Seq: in.Seq, Status: res.status, Reply: res.bytes()})
@@ -208,6 +212,7 @@ func (p *partition) finishTruncate(in *wire.IntentRecord) result {
 		// last close); otherwise the commit counts them again.
 		p.noteUsage(in.Ino, usageMoved)
 	}
+	keep()
 	return res
 }
 

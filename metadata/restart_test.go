@@ -94,6 +94,21 @@ func TestAtMostOnce(t *testing.T) {
 	require.Equal(t, []string{"/d", "/d/f", "/g"}, tr.Paths())
 }
 
+// replayed is what a restart must bring back of tr: every entry as it
+// was, but a regular file's st_blocks, a count kept in memory that a
+// restarted node answers with the estimate from the size until it counts
+// again (here never: metatest's Data does not count these files).
+func replayed(tr *metatest.Tree) map[string]metatest.Entry {
+	out := make(map[string]metatest.Entry, len(tr.ByPath))
+	for p, e := range tr.ByPath {
+		if e.Attr.Mode&wire.ModeType == wire.ModeRegular {
+			e.Attr.Blocks = 0
+		}
+		out[p] = e
+	}
+	return out
+}
+
 // TestRestartReplay builds a namespace, restarts every node (replaying
 // the logs, with a rewrite in between for some), and compares.
 func TestRestartReplay(t *testing.T) {
@@ -115,7 +130,7 @@ func TestRestartReplay(t *testing.T) {
 			}
 			after, err := metatest.Walk(bg, cl)
 			require.NoError(t, err)
-			require.Equal(t, before.ByPath, after.ByPath)
+			require.Equal(t, replayed(before), replayed(after))
 			require.Empty(t, c.Leaks(after))
 			// Inode numbers are not reused after a restart.
 			a, err := cl.Create(bg, root, rootIno, "new", 0o644, 0, false, 0)
