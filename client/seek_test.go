@@ -149,3 +149,45 @@ func TestClusterSeekDataHole(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterSeekDataFarAway: SEEK_DATA over a terabyte of holes asks the
+// nodes where the next data is instead of mapping every 4 MiB chunk on
+// the way: before, `cp` of a sparse 1 TiB file failed with ETIMEDOUT
+// after 30 s of lseek (262,144 maps).
+func TestClusterSeekDataFarAway(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	root := client.Cred{}
+	const (
+		T   = 1 << 40
+		far = 700 << 30
+	)
+	_, f, err := c.Create(ctx, root, cluster.RootInode, "huge", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(ctx)
+	if err := f.Truncate(ctx, T); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{far, T - 4096} {
+		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{'x'}, 4096), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats().TotalRPCs()
+	for _, s := range []struct{ off, want uint64 }{{0, far}, {far + 4096, T - 4096}, {12345, far}} {
+		if got, err := f.SeekData(ctx, s.off); err != nil || got != s.want {
+			t.Errorf("SEEK_DATA(%d) = %d, %v; want %d", s.off, got, err, s.want)
+		}
+	}
+	if got, err := f.SeekHole(ctx, far); err != nil || got != far+4096 {
+		t.Errorf("SEEK_HOLE(%d) = %d, %v; want %d", uint64(far), got, err, uint64(far+4096))
+	}
+	if n := c.Stats().TotalRPCs() - before; n > 100 {
+		t.Errorf("four seeks over a terabyte took %d RPCs, want a few dozen at most", n)
+	}
+}

@@ -135,6 +135,11 @@ func (s *Service) serve(ctx context.Context, req *wire.Request) (wire.Reply, err
 			return wire.Reply{}, err
 		}
 		return wire.Reply{Capacity: wire.Capacity{Used: s.usage(req.Ino)}}, nil
+	case wire.OpNextData:
+		if err := s.ready(ctx, req.Ino); err != nil {
+			return wire.Reply{}, err
+		}
+		return wire.Reply{Next: s.nextData(req.Ino, req.Chunk)}, nil
 	}
 	return wire.Reply{}, fmt.Errorf("%w: unknown op %v", wire.ErrMalformed, req.Op)
 }

@@ -30,6 +30,23 @@ func (s *Service) usage(ino uint64) uint64 {
 	return blocks * s.bs
 }
 
+// nextData returns the lowest chunk at or after from of file ino that
+// holds blocks (written or not) in a partition of this node, or
+// wire.NoChunk.
+func (s *Service) nextData(ino, from uint64) uint64 {
+	next := wire.NoChunk
+	for _, p := range s.partitions() {
+		p.mu.Lock()
+		for c := range p.byIno[ino] {
+			if c >= from && c < next {
+				next = c
+			}
+		}
+		p.mu.Unlock()
+	}
+	return next
+}
+
 // maxUsageChunks is how many chunks Usage looks at one by one to find the
 // nodes that may hold a file's data; a larger file is asked of every node.
 const maxUsageChunks = 1024

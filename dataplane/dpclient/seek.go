@@ -2,7 +2,9 @@ package dpclient
 
 import (
 	"context"
+	"sync"
 
+	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/wire"
 )
 
@@ -16,7 +18,21 @@ import (
 // see them: cached under their leases, else asked of each chunk's owner,
 // one chunk after another.
 func (e *Engine) Seek(ctx context.Context, ino, off, end uint64, hole bool) (uint64, bool, error) {
+	scanned := 0
 	for chunk := off / wire.ChunkSize; chunk*wire.ChunkSize < end; chunk++ {
+		if !hole && scanned == seekScan {
+			// A run of chunks without data: ask the nodes where the
+			// next data is rather than map each chunk up to it.
+			next, err := e.nextData(ctx, ino, chunk)
+			if err != nil {
+				return 0, false, err
+			}
+			if next == wire.NoChunk || next >= (end+wire.ChunkSize-1)/wire.ChunkSize {
+				return 0, false, nil
+			}
+			chunk, scanned = next, 0
+		}
+		scanned++
 		base := chunk * wire.ChunkSize
 		lo := uint32(max(off, base) - base)
 		hi := uint32(min(end, base+wire.ChunkSize) - base)
@@ -29,6 +45,26 @@ func (e *Engine) Seek(ctx context.Context, ino, off, end uint64, hole bool) (uin
 		}
 	}
 	return 0, false, nil
+}
+
+// seekScan is how many chunks in a row SEEK_DATA maps before it asks the
+// nodes for the next chunk holding blocks (nextData): a sparse file of a
+// terabyte has 262,144 chunks, one map each took longer than an operation
+// may.
+const seekScan = 4
+
+// nextData asks every node for the lowest chunk at or after from of ino
+// that holds blocks there, and returns the lowest (wire.NoChunk: none).
+func (e *Engine) nextData(ctx context.Context, ino, from uint64) (uint64, error) {
+	m := e.cfg.Map.Current()
+	var mu sync.Mutex
+	next := wire.NoChunk
+	err := broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpNextData, Header: e.header(m), Ino: ino, Chunk: from}, func(_ cluster.NodeInfo, r wire.Reply) {
+		mu.Lock()
+		defer mu.Unlock()
+		next = min(next, max(r.Next, from))
+	}, &e.stats)
+	return next, err
 }
 
 // seekSpans returns the first offset in [lo, hi) inside data (hole false)

@@ -21,7 +21,7 @@ const ChunkSize = 4 << 20
 // Version is the version byte of every message of this package. Version
 // 2 added unwritten extents (Extent.Stamp, Range.Stamp) and allocation
 // ahead (Request.Ahead). Log records carry RecordVersion.
-const Version = 2
+const Version = 3
 
 // ErrMalformed is returned for a message or record that does not decode.
 var ErrMalformed = errors.New("dataplane/wire: malformed message")
@@ -62,10 +62,18 @@ const (
 	// that file Ino holds on the node (every chunk, written or not): the
 	// inode's owner sums them for st_blocks.
 	OpUsage Op = 0x020a
+	// OpNextData reports, in Reply.Next, the lowest chunk at or after
+	// Chunk of file Ino that holds blocks in a partition of the node
+	// (NoChunk if none): lseek's SEEK_DATA asks every node and skips the
+	// chunks between, instead of one map per chunk of a sparse file.
+	OpNextData Op = 0x020b
 )
 
+// NoChunk is OpNextData's answer when the node holds no later chunk.
+const NoChunk = ^uint64(0)
+
 // Ops lists every op, for handler registration and tests.
-var Ops = []Op{OpMap, OpAllocate, OpPersist, OpTrim, OpFree, OpFallocate, OpStatfs, OpTrimCollect, OpTrimDone, OpUsage}
+var Ops = []Op{OpMap, OpAllocate, OpPersist, OpTrim, OpFree, OpFallocate, OpStatfs, OpTrimCollect, OpTrimDone, OpUsage, OpNextData}
 
 func (o Op) String() string {
 	switch o {
@@ -89,6 +97,8 @@ func (o Op) String() string {
 		return "trim-done"
 	case OpUsage:
 		return "usage"
+	case OpNextData:
+		return "next-data"
 	}
 	return fmt.Sprintf("Op(%#x)", uint16(o))
 }
@@ -419,6 +429,8 @@ type Reply struct {
 	// Trims are trim-collect's trims; More says the callee has more.
 	Trims []Trim
 	More  bool
+	// Next is next-data's chunk.
+	Next uint64
 }
 
 // Encode returns the reply's bytes.
@@ -448,6 +460,7 @@ func (r *Reply) Encode() []byte {
 	e.U64(r.Capacity.Quarantined)
 	encodeTrims(e, r.Trims)
 	e.Bool(r.More)
+	e.U64(r.Next)
 	return e.Bytes()
 }
 
@@ -477,6 +490,7 @@ func DecodeReply(b []byte) (Reply, error) {
 	r.Capacity = Capacity{Total: d.U64(), Free: d.U64(), Used: d.U64(), Quarantined: d.U64()}
 	r.Trims = decodeTrims(d)
 	r.More = d.Bool()
+	r.Next = d.U64()
 	if err := d.Finish(); err != nil {
 		return Reply{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
