@@ -20,7 +20,8 @@ const ChunkSize = 4 << 20
 
 // Version is the version byte of every message of this package. Version
 // 2 added unwritten extents (Extent.Stamp, Range.Stamp) and allocation
-// ahead (Request.Ahead). Log records carry RecordVersion.
+// ahead (Request.Ahead); version 3 Reply.Next (next-data). Log records
+// carry RecordVersion.
 const Version = 3
 
 // ErrMalformed is returned for a message or record that does not decode.
