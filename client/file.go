@@ -32,6 +32,9 @@ type openInode struct {
 	size uint64
 	// dirty is set by a write and cleared by the commit that follows it.
 	dirty bool
+	// pending counts the bytes written (or fallocated) since the last
+	// commit, for st_blocks until the owner counts them.
+	pending uint64
 	// committed is the owner's answer to this client's last commit or
 	// size change of the inode: an answer about the inode that crossed
 	// it (asked before, answered after) is older and must not undo it
@@ -184,11 +187,12 @@ func (t *openTable) overlay(a Attr) Attr {
 	if oi.dirty {
 		if oi.size > a.Size {
 			// The owner counts no blocks for writes not yet committed:
-			// count the growth as allocated, the owner's own estimate
-			// for a size it has not counted, so that st_blocks does not
-			// say a file just written (or fallocated) holds nothing
-			// (tar --sparse archives such a file as one hole).
-			a.Blocks += blocksBelow(oi.size) - blocksBelow(a.Size)
+			// count what was written past its size as allocated, so
+			// that st_blocks does not say a file just written (or
+			// fallocated) holds nothing (tar --sparse archives such a
+			// file as one hole), nor that a write far past the end
+			// filled the gap.
+			a.Blocks += min(blocksBelow(oi.pending), blocksBelow(oi.size)-blocksBelow(a.Size))
 			a.Size = oi.size
 		}
 		if oi.mtime.After(a.Mtime) {
@@ -534,7 +538,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			return 0, f.c.fail(ctx, "write", err)
 		}
 	}
-	f.wrote(uint64(off) + uint64(len(p)))
+	f.wrote(uint64(off)+uint64(len(p)), uint64(len(p)))
 	return len(p), nil
 }
 
@@ -544,13 +548,14 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 // here and refused when its size is committed at close.
 const maxFileSize = 1 << 60
 
-// wrote records a completed write ending at end.
-func (f *File) wrote(end uint64) {
+// wrote records a completed write of n bytes ending at end.
+func (f *File) wrote(end, n uint64) {
 	f.oi.mu.Lock()
 	if end > f.oi.size {
 		f.oi.size, f.oi.grew = end, true
 	}
 	f.oi.dirty = true
+	f.oi.pending += n
 	f.oi.mtime = f.c.cfg.Now()
 	f.oi.cred = f.cred
 	f.oi.mu.Unlock()
@@ -581,6 +586,7 @@ func (f *File) appendAt(ctx, octx context.Context, p []byte) (int, error) {
 			return 0, f.c.fail(ctx, "write", err)
 		}
 		oi.dirty = true
+		oi.pending += uint64(len(p))
 		oi.mtime = f.c.cfg.Now()
 		oi.cred = f.cred
 	}
@@ -634,7 +640,7 @@ func (c *Client) flushLocked(ctx context.Context, oi *openInode) error {
 	if err != nil {
 		return err
 	}
-	oi.dirty = false
+	oi.dirty, oi.pending = false, 0
 	oi.size, oi.committed = a.Size, a
 	oi.learn(a)
 	// What an open answered before this commit (freshDirs) is older
@@ -690,9 +696,9 @@ func (f *File) Allocate(ctx context.Context, mode uint32, off, length uint64) er
 		return f.c.fail(ctx, "fallocate", err)
 	}
 	if mode&FallocKeepSize == 0 {
-		f.wrote(off + length)
+		f.wrote(off+length, length)
 	} else {
-		f.wrote(0)
+		f.wrote(0, length)
 	}
 	return nil
 }

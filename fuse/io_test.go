@@ -417,3 +417,25 @@ func clusterMountDir(t *testing.T, name string) (*client.Client, string) {
 	dir, _ := mountClient(t, c, Options{Logger: testLogger(t)})
 	return c, subdir(t, dir, name)
 }
+
+// TestBlocksOfAFarWrite: a small write far past the end of a new file
+// counts its own blocks while uncommitted, not the gap before it (the
+// estimate of the growth said gigabytes).
+func TestBlocksOfAFarWrite(t *testing.T) {
+	_, d := clusterMountDir(t, "blocksfar")
+	f, err := os.Create(filepath.Join(d, "far"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 4096), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Blocks < 8 || st.Blocks > 64 {
+		t.Errorf("st_blocks %d after a 4 KiB write at 1 GiB, want 8 (a few more at most)", st.Blocks)
+	}
+}
