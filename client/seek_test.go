@@ -191,3 +191,49 @@ func TestClusterSeekDataFarAway(t *testing.T) {
 		t.Errorf("four seeks over a terabyte took %d RPCs, want a few dozen at most", n)
 	}
 }
+
+// TestClusterPunchOverHoles: punching a hole over a terabyte of a sparse
+// file frees its data and skips the chunks holding none (next-data), as
+// SEEK_DATA does: before, every 4 MiB chunk of the range cost a request
+// (262,144 for 1 TiB: 25 s through the mount).
+func TestClusterPunchOverHoles(t *testing.T) {
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	root := client.Cred{}
+	const (
+		T   = 1 << 40
+		far = 700 << 30
+	)
+	_, f, err := c.Create(ctx, root, cluster.RootInode, "huge", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(ctx)
+	if err := f.Truncate(ctx, T); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{4096, far, T - 4096} {
+		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{'x'}, 4096), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats().TotalRPCs()
+	if err := f.Allocate(ctx, client.FallocPunchHole|client.FallocKeepSize, 0, T-4096); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Stats().TotalRPCs() - before; n > 100 {
+		t.Errorf("a punch over a terabyte took %d RPCs, want a few dozen at most", n)
+	}
+	if got, err := f.SeekData(ctx, 0); err != nil || got != T-4096 {
+		t.Errorf("SEEK_DATA(0) after the punch = %d, %v; want %d (the block past the punch)", got, err, uint64(T-4096))
+	}
+	for _, off := range []int64{4096, far} {
+		b := make([]byte, 4096)
+		if _, err := f.ReadAt(ctx, b, off); err != nil || !bytes.Equal(b, make([]byte, 4096)) {
+			t.Errorf("read at %d after the punch: %v, zeros %v", off, err, bytes.Equal(b, make([]byte, 4096)))
+		}
+	}
+}

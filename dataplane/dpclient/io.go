@@ -442,11 +442,31 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 		(mode&wire.FallocPunchHole != 0 && mode&wire.FallocZeroRange != 0) {
 		return fmt.Errorf("%w: fallocate mode %#x not supported", ErrIO, mode)
 	}
+	empty := 0 // chunks in a row a punch found without blocks
 	for length > 0 {
 		chunk := off / wire.ChunkSize
+		if mode&wire.FallocPunchHole != 0 && empty == seekScan {
+			// A punch over holes: skip to the next chunk holding
+			// blocks (a hole punched in a hole changes nothing), as
+			// SEEK_DATA does.
+			empty = 0
+			next, err := e.nextData(ctx, ino, chunk)
+			if err != nil {
+				return err
+			}
+			if next > chunk {
+				if next == wire.NoChunk || next >= (off+length+wire.ChunkSize-1)/wire.ChunkSize {
+					return nil
+				}
+				skip := next*wire.ChunkSize - off
+				off, length = off+skip, length-skip
+				continue
+			}
+		}
 		in := off % wire.ChunkSize
 		n := min(length, wire.ChunkSize-in)
 		ln := uint32(n)
+		var exts []wire.Extent
 		err := e.retry(ctx, func() error {
 			m, node, dc, err := e.chunkConn(ctx, ino, chunk)
 			if err != nil {
@@ -455,12 +475,17 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 			e.mu.Lock()
 			gen := e.gen[ino]
 			e.mu.Unlock()
-			_, err = e.fetch(ctx, node, dc, &wire.Request{Op: wire.OpFallocate, Header: e.header(m),
+			exts, err = e.fetch(ctx, node, dc, &wire.Request{Op: wire.OpFallocate, Header: e.header(m),
 				Session: dc.grant.Session, Ino: ino, Chunk: chunk, Off: uint32(in), Len: ln, Mode: mode}, gen)
 			return err
 		})
 		if err != nil {
 			return err
+		}
+		if len(exts) == 0 {
+			empty++
+		} else {
+			empty = 0
 		}
 		off += n
 		length -= n
