@@ -439,3 +439,38 @@ func TestBlocksOfAFarWrite(t *testing.T) {
 		t.Errorf("st_blocks %d after a 4 KiB write at 1 GiB, want 8 (a few more at most)", st.Blocks)
 	}
 }
+
+// TestFstatOfAFileRenamedOver: a descriptor open on a file that a rename
+// replaced fstats with link count 0 at once, and still reads the old
+// bytes. Before, the fstat got the open's answer (link count 1), which
+// the client keeps for the GetAttr the kernel sends after an open: the
+// client knew the names, not that the replaced inode lost one.
+func TestFstatOfAFileRenamedOver(t *testing.T) {
+	_, d := clusterMountDir(t, "renamedover")
+	for i := range 5 {
+		src, dst := filepath.Join(d, fmt.Sprint("src", i)), filepath.Join(d, fmt.Sprint("dst", i))
+		if err := os.WriteFile(src, []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		fd, err := syscall.Open(dst, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Rename(src, dst); err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 8)
+		n, _ := syscall.Pread(fd, b, 0)
+		syscall.Close(fd)
+		if st.Nlink != 0 || string(b[:n]) != "old" {
+			t.Errorf("round %d: fstat of the replaced file: link count %d, reads %q; want 0, \"old\"", i, st.Nlink, b[:n])
+		}
+	}
+}
