@@ -3,6 +3,7 @@ package dataplane
 import (
 	"cmp"
 	"slices"
+	"time"
 
 	"github.com/octofs/octofs/dataplane/wire"
 )
@@ -37,6 +38,11 @@ func (r run) unwritten() bool { return r.stamp != 0 }
 // holes.
 type chunkMap struct {
 	runs []run
+	// handed is when a reply last named the chunk's extents (in DRAM
+	// only: a restarted node's clients hold no extents of it). A client
+	// uses extents for at most the lease from before its request, so no
+	// client can name a block of the chunk after handed + the quarantine.
+	handed time.Time
 }
 
 // overlapping returns the runs that overlap blocks [first, end), clipped to

@@ -55,7 +55,8 @@
 //     forgets them and their blocks are free; nothing durable was promised
 //     for them.
 //   - A freed block is quarantined (ServiceConfig.Quarantine, longer than
-//     the extent lease) before it is handed out again.
+//     the extent lease, counted from the last reply that named its chunk's
+//     extents) before it is handed out again.
 //   - Every logged change is one log append, applied to DRAM after it is
 //     durable, under the partition's lock.
 //   - Pools leave ServiceConfig.LogReserve of the region to the logs.

@@ -43,9 +43,9 @@ type ServiceConfig struct {
 	// Lease is how long a client may use extents from a reply, counted
 	// from when it sent the request (default DefaultLease).
 	Lease time.Duration
-	// Quarantine is how long a freed block stays unused (default
-	// DefaultQuarantine). It must exceed Lease by the longest time an
-	// RDMA operation may stay in flight.
+	// Quarantine is how long a freed block stays unused after the last
+	// reply that named it (default DefaultQuarantine). It must exceed
+	// Lease by the longest time an RDMA operation may stay in flight.
 	Quarantine time.Duration
 	// Peers reaches the other nodes' chunk services, for Truncate and
 	// Free and for collecting deferred trims; ClientID and Incarnation
@@ -289,19 +289,25 @@ func (s *Service) apply(p *partition, rec wire.Record, replay bool) error {
 		if m == nil {
 			return nil
 		}
+		handed := m.handed
 		freed := m.remove(rec.First, rec.First+rec.Count)
-		now := s.cfg.Now()
+		// The blocks stay unused for the quarantine after the last
+		// reply that named them, which no client's lease outlives: a
+		// file written long ago is free again at its unlink.
+		until := handed.Add(s.cfg.Quarantine)
 		for _, r := range freed {
 			p.used -= uint64(r.count)
 			ext := pmem.Extent{Start: r.block, Count: uint64(r.count)}
-			if replay {
-				// A restarted node has no client holding a lease
-				// on its blocks: every data session, and so every
-				// rkey, died with the previous process.
+			if replay || !until.After(s.cfg.Now()) {
+				// Nobody holds them: a restarted node has no client
+				// holding a lease on its blocks (every data session,
+				// and so every rkey, died with the previous process),
+				// and no reply named these for a quarantine.
 				s.release(p, ext)
 				continue
 			}
-			p.quar = append(p.quar, quarantine{ext: ext, until: now.Add(s.cfg.Quarantine)})
+			i, _ := slices.BinarySearchFunc(p.quar, until, func(q quarantine, t time.Time) int { return q.until.Compare(t) })
+			p.quar = slices.Insert(p.quar, i, quarantine{ext: ext, until: until})
 			s.forEachPoolPiece(p, ext, func(pl *pool, b, n uint64) { pl.quarantined += n })
 		}
 		if len(m.runs) == 0 {

@@ -179,3 +179,33 @@ func TestNoSpaceLeavesFileConsistent(t *testing.T) {
 	require.Greater(t, capAfter.Quarantined, capBefore.Quarantined)
 	t.Logf("capacity full: %+v; after free: %+v", capBefore, capAfter)
 }
+
+// TestBlocksNamedLongAgoFreeAtOnce: blocks that no reply has named for a
+// quarantine are free at once when their file goes (no client can hold
+// them: a lease is shorter), so an rm on a full file system of a file
+// written long ago gives its space back at once; blocks named recently
+// are still quarantined.
+func TestBlocksNamedLongAgoFreeAtOnce(t *testing.T) {
+	const lease, quarantine = time.Second, 3 * time.Second
+	clock := &fakeClock{now: time.Unix(1_000_000, 0)}
+	c := dptest.New(t, dptest.Options{Nodes: 1, Partitions: 1, Now: clock.Now, Lease: lease, Quarantine: quarantine, RegionSize: 16 << 20})
+	e := c.NewEngine(func(cfg *dpclient.Config) { cfg.Now = clock.Now })
+	ctx := testCtx(t)
+	const old, recent = 1, 2
+	data := bytes.Repeat([]byte{0xAA}, 256<<10)
+	require.NoError(t, e.WriteAt(ctx, old, data, 0))
+	require.NoError(t, e.Persist(ctx, old))
+	clock.Advance(quarantine + time.Second)
+	require.NoError(t, e.WriteAt(ctx, recent, data, 0))
+	require.NoError(t, e.Persist(ctx, recent))
+
+	require.NoError(t, c.Free(ctx, old))
+	capa, err := e.StatFS(ctx)
+	require.NoError(t, err)
+	require.Zero(t, capa.Quarantined, "blocks last named a quarantine ago")
+
+	require.NoError(t, c.Free(ctx, recent))
+	capa, err = e.StatFS(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, capa.Quarantined, uint64(len(data)), "blocks named within the quarantine")
+}
