@@ -2,6 +2,7 @@ package dpclient_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/dpclient"
 	"github.com/octofs/octofs/dataplane/dptest"
 	"github.com/octofs/octofs/dataplane/wire"
@@ -208,4 +210,37 @@ func TestBlocksNamedLongAgoFreeAtOnce(t *testing.T) {
 	capa, err = e.StatFS(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, capa.Quarantined, uint64(len(data)), "blocks named within the quarantine")
+}
+
+// statfsLiar answers every statfs with a capacity near 2^64 bytes, as a
+// hostile or broken node might.
+type statfsLiar struct{ dpclient.Caller }
+
+func (l statfsLiar) Call(ctx context.Context, node cluster.NodeInfo, op uint16, req []byte) ([]byte, error) {
+	b, err := l.Caller.Call(ctx, node, op, req)
+	if err != nil || wire.Op(op) != wire.OpStatfs {
+		return b, err
+	}
+	r, err := wire.DecodeReply(b)
+	if err != nil {
+		return nil, err
+	}
+	r.Capacity = wire.Capacity{Total: 1 << 63, Free: 1 << 63, Used: 1 << 63, Quarantined: 1 << 63}
+	return r.Encode(), nil
+}
+
+// TestStatfsSumsSaturate: capacities that overflow when summed over the
+// nodes saturate instead of wrapping to a plausible figure (three nodes
+// claiming 2^63 bytes each summed to 2^63).
+func TestStatfsSumsSaturate(t *testing.T) {
+	c := dptest.New(t, dptest.Options{Nodes: 3})
+	e := c.NewEngine(func(cfg *dpclient.Config) { cfg.RPC = statfsLiar{cfg.RPC} })
+	s, err := e.Space(testCtx(t))
+	require.NoError(t, err)
+	const max = ^uint64(0)
+	require.Equal(t, max, s.Total)
+	require.Equal(t, max, s.Free)
+	require.Equal(t, max, s.Used)
+	require.Equal(t, max, s.Quarantined)
+	require.LessOrEqual(t, s.Writable, s.Free)
 }
