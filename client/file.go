@@ -292,7 +292,7 @@ func (c *Client) OpenDir(ctx context.Context, cred Cred, ino uint64, flags int) 
 		return nil, c.fail(ctx, "opendir", err)
 	}
 	f := c.newFile(cred, a, flags)
-	f.first = &dirPage{ents: ents, eof: eof}
+	f.first = &dirPage{ents: c.overlayEntries(ents), eof: eof}
 	return f, nil
 }
 

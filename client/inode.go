@@ -459,7 +459,18 @@ func (c *Client) readDirPage(ctx context.Context, cred Cred, ino, cookie uint64,
 		// The listing may have moved the directory's atime.
 		c.dropAttrs(ino)
 	}
-	return ents, eof, nil
+	return c.overlayEntries(ents), eof, nil
+}
+
+// overlayEntries adds this client's unflushed writes to the attributes a
+// listing carried, as GetAttr does.
+func (c *Client) overlayEntries(ents []DirEntry) []DirEntry {
+	for i := range ents {
+		if a := ents[i].Attr; a != nil {
+			*a = c.opens.overlay(*a)
+		}
+	}
+	return ents
 }
 
 // defaultReadDirBatch is how many entries one ReadDir asks for when the

@@ -404,6 +404,10 @@ func dirEntries(ents []wire.DirEntry) []DirEntry {
 	out := make([]DirEntry, len(ents))
 	for i, e := range ents {
 		out[i] = DirEntry{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie}
+		if e.HasAttr {
+			a := fromWire(e.Attr)
+			out[i].Attr = &a
+		}
 	}
 	return out
 }

@@ -116,6 +116,10 @@ type DirEntry struct {
 	Type uint32
 	// Cookie resumes a listing after this entry: pass it to ReadDir.
 	Cookie uint64
+	// Attr is the entry's inode's attributes when the listing carried
+	// them (nil: ask with Lookup). The directory's owner gives them for
+	// the inodes it holds, to a caller that may search the directory.
+	Attr *Attr
 }
 
 // StatFS is the file system's capacity, summed over the cluster's nodes.

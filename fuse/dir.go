@@ -25,6 +25,9 @@ type dirHandle struct {
 	pos  uint64 // offset of the next entry to return: 0 ".", 1 "..", else 2+cookie of the last returned
 	page []client.DirEntry
 	eof  bool // page holds the last entries: the listing ends when it runs out
+	// last is the entry Readdirent returned last: READDIRPLUS asks Lookup
+	// for it next.
+	last client.DirEntry
 }
 
 var (
@@ -32,6 +35,7 @@ var (
 	_ fs.FileSeekdirer    = (*dirHandle)(nil)
 	_ fs.FileReleasedirer = (*dirHandle)(nil)
 	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
+	_ fs.FileLookuper     = (*dirHandle)(nil)
 )
 
 // dirPage is how many entries one readdir call asks the server for.
@@ -82,7 +86,23 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	e := d.page[0]
 	d.page = d.page[1:]
 	d.pos = 2 + e.Cookie
+	d.last = e
 	return &fuse.DirEntry{Name: e.Name, Ino: e.Ino, Mode: e.Type, Off: d.pos}, 0
+}
+
+// Lookup answers READDIRPLUS for the entry Readdirent returned last, with
+// the attributes its listing carried: ls -l costs no lookup per entry. An
+// entry listed without them (its inode lives in another partition, or the
+// caller may not search the directory) is left out of the plus part (the
+// kernel looks it up when it needs it).
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d.mu.Lock()
+	e := d.last
+	d.mu.Unlock()
+	if e.Name != name || e.Attr == nil {
+		return nil, syscall.ENOENT
+	}
+	return d.n.entry(ctx, e.Attr, out), 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {

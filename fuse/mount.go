@@ -202,7 +202,6 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 			MaxWrite:             o.MaxWrite,
 			MaxReadAhead:         o.MaxReadAhead,
 			EnableLocks:          true,
-			DisableReadDirPlus:   true,
 			IgnoreSecurityLabels: true,
 			DirectMount:          os.Geteuid() == 0,
 			Debug:                o.Debug,

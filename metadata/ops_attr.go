@@ -357,7 +357,7 @@ func (s *Service) openDir(ctx context.Context, r *request, q *wire.OpenDirReques
 	case q.Flags&wire.OpenNoAtime != 0 && !ownerOrRoot(&n.rec, r.cred):
 		return fail(status(syscall.EPERM))
 	}
-	rep := &wire.OpenDirReply{Attr: n.attr(), Page: *s.listPage(n, 0, q.MaxBytes, q.MaxEntries)}
+	rep := &wire.OpenDirReply{Attr: n.attr(), Page: *s.listPage(p, n, r.cred, 0, q.MaxBytes, q.MaxEntries)}
 	p.addOpen(r.key, n, false)
 	return ok(rep)
 }

@@ -221,35 +221,49 @@ func (s *Service) readdirShared(ctx context.Context, p *partition, r *request, q
 	if !permits(&n.rec, r.cred, wire.AccessRead) {
 		return nil, false, status(syscall.EACCES)
 	}
-	rep := s.listPage(n, q.Cookie, q.MaxBytes, q.MaxEntries)
+	rep := s.listPage(p, n, r.cred, q.Cookie, q.MaxBytes, q.MaxEntries)
 	due := q.Flags&wire.ReadDirNoAtime == 0 &&
 		wire.RelatimeDue(n.rec.Atime, n.rec.Mtime, n.rec.Ctime, wire.TimespecOf(s.now()))
 	return rep, due, wire.StatusOK
 }
 
-// listPage lists directory n's entries after cookie, at most maxEntries
-// of them (0: no count limit) in about maxBytes of reply (0: the
-// service's default). The caller holds p.mu.
-func (s *Service) listPage(n *inode, cookie uint64, maxBytes, maxEntries uint32) *wire.ReadDirReply {
+// listPage lists directory n of partition p after cookie, at most
+// maxEntries entries (0: no count limit) in about maxBytes of reply (0:
+// the service's default). An entry whose inode p holds comes with its
+// attributes when c may search the directory (what a stat of it would
+// need), so that READDIRPLUS (ls -l) costs no lookup per entry. The
+// caller holds p.mu.
+func (s *Service) listPage(p *partition, n *inode, c *wire.Cred, cookie uint64, maxBytes, maxEntries uint32) *wire.ReadDirReply {
 	budget := int(maxBytes)
 	if budget == 0 {
 		budget = int(s.cfg.ReadDirBytes)
 	}
 	budget = min(budget, maxReadDirBytes)
+	withAttrs := permits(&n.rec, c, wire.AccessExec)
 	rep := &wire.ReadDirReply{EOF: true}
 	used := 8
 	n.dir.after(cookie, func(e *dentry) bool {
-		size := 22 + len(e.name)
+		ent := wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie}
+		size := 23 + len(e.name)
+		if withAttrs && cluster.PartitionOf(e.ino) == p.id {
+			if child := p.inodes[e.ino]; child != nil && !child.gone() && child.rec.Flags&wire.InodePending == 0 {
+				ent.HasAttr, ent.Attr = true, child.attr()
+				size += attrBytes
+			}
+		}
 		if (maxEntries != 0 && len(rep.Entries) >= int(maxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
 			rep.EOF = false
 			return false
 		}
 		used += size
-		rep.Entries = append(rep.Entries, wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie})
+		rep.Entries = append(rep.Entries, ent)
 		return true
 	})
 	return rep
 }
+
+// attrBytes is the size of an encoded wire.Attr.
+const attrBytes = 108
 
 func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest) result {
 	if q.Mask&^7 != 0 {

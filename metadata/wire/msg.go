@@ -629,12 +629,16 @@ func (r *ReadDirReply) encode(e *codec.Encoder) {
 		e.U64(x.Ino)
 		e.U32(x.Type)
 		e.U64(x.Cookie)
+		e.Bool(x.HasAttr)
+		if x.HasAttr {
+			x.Attr.encode(e)
+		}
 	}
 	e.Bool(r.EOF)
 }
 
 // dirEntryMin is the smallest encoded entry.
-const dirEntryMin = 2 + 8 + 4 + 8
+const dirEntryMin = 2 + 8 + 4 + 8 + 1
 
 func (r *ReadDirReply) decode(d *codec.Decoder) {
 	n := d.U32()
@@ -651,6 +655,13 @@ func (r *ReadDirReply) decode(d *codec.Decoder) {
 		x.Ino = d.U64()
 		x.Type = d.U32()
 		x.Cookie = d.U64()
+		x.HasAttr = d.Bool()
+		if x.HasAttr {
+			x.Attr.decode(d)
+			if d.Err() == nil && (x.Attr.Ino != x.Ino || x.Attr.Mode&ModeType != x.Type) {
+				d.Fail("entry %q: attributes of inode %#x (type %#o) for inode %#x (type %#o)", x.Name, x.Attr.Ino, x.Attr.Mode&ModeType, x.Ino, x.Type)
+			}
+		}
 	}
 	r.EOF = d.Bool()
 }

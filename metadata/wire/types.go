@@ -140,6 +140,12 @@ type DirEntry struct {
 	Type uint32
 	// Cookie resumes a listing after this entry.
 	Cookie uint64
+	// HasAttr says Attr is the entry's inode's attributes, which the
+	// directory's owner gives for the inodes it holds when the caller
+	// may search the directory (READDIRPLUS, ls -l): the others take a
+	// lookup.
+	HasAttr bool
+	Attr    Attr
 }
 
 // Lock kinds: POSIX record locks (fcntl) and BSD whole-file locks (flock)

@@ -116,6 +116,8 @@ func sampleReplies() map[string]struct {
 		"readlink":            {OpReadlink, &ReadlinkReply{Target: "/a/b"}},
 		"readdir": {OpReadDir, &ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3},
 			{Name: "bb", Ino: 4, Type: ModeRegular, Cookie: 9}}, EOF: true}},
+		"readdir with attrs": {OpReadDir, &ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3},
+			{Name: "f", Ino: sampleAttr.Ino, Type: ModeRegular, Cookie: 4, HasAttr: true, Attr: sampleAttr}}}},
 		"readdir empty": {OpReadDir, &ReadDirReply{EOF: true}},
 		"opendir":       {OpOpenDir, &OpenDirReply{Attr: sampleAttr, Page: ReadDirReply{Entries: []DirEntry{{Name: "a", Ino: 3, Type: ModeDir, Cookie: 3}}}}},
 		"opendir empty": {OpOpenDir, &OpenDirReply{Attr: sampleAttr, Page: ReadDirReply{EOF: true}}},
@@ -295,4 +297,19 @@ func TestGolden(t *testing.T) {
 	want, err := os.ReadFile(path)
 	require.NoError(t, err, "run with -rewrite to create it")
 	require.Equal(t, string(want), out.String(), "the encoding changed: if on purpose, bump Version and rerun with -rewrite")
+}
+
+// TestDirEntryAttrMustMatch: a listing whose entry carries the attributes
+// of another inode, or of another type, is malformed.
+func TestDirEntryAttrMustMatch(t *testing.T) {
+	for name, ent := range map[string]DirEntry{
+		"other inode": {Name: "f", Ino: sampleAttr.Ino + 1, Type: ModeRegular, HasAttr: true, Attr: sampleAttr},
+		"other type":  {Name: "f", Ino: sampleAttr.Ino, Type: ModeDir, HasAttr: true, Attr: sampleAttr},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := EncodeReply(ReplyHeader{Epoch: 3}, &ReadDirReply{Entries: []DirEntry{ent}})
+			_, err := DecodeReply(b, &ReadDirReply{})
+			require.ErrorIs(t, err, ErrMalformed)
+		})
+	}
 }
