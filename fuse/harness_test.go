@@ -3,6 +3,8 @@ package fuse
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/octofs/octofs/client"
 	"github.com/octofs/octofs/cluster"
@@ -29,12 +33,68 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
+	flag.Parse()
+	abortBeforeTimeout()
 	code := m.Run()
 	stopHelpers()
 	if sourceDir != "" {
 		os.RemoveAll(sourceDir)
 	}
 	os.Exit(code)
+}
+
+// mounted are the FUSE connections of this process's mounts (fusectl's
+// numbers: the minor device number of the mount), for abortBeforeTimeout.
+var mounted sync.Map // connection number -> mount point
+
+// abortBeforeTimeout aborts (and detaches) every FUSE mount of this
+// process shortly before go test's -test.timeout kills it: a test stuck on a request to
+// its own mount must fail, not hang, and must not leave the process
+// hanging in exit while it flushes a descriptor of that mount (seen once:
+// only an abort through fusectl freed it).
+func abortBeforeTimeout() {
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return
+	}
+	d, ok := f.Value.(flag.Getter).Get().(time.Duration)
+	if !ok || d <= 0 {
+		return
+	}
+	time.AfterFunc(d-min(d/10, 30*time.Second), func() {
+		mounted.Range(func(k, v any) bool {
+			fmt.Fprintf(os.Stderr, "fuse tests: the %v timeout is near: aborting the FUSE connection of %s\n", d, v)
+			if err := abortConnection(k.(uint32)); err != nil {
+				fmt.Fprintf(os.Stderr, "fuse tests: %v\n", err)
+			}
+			// The process may die before its cleanups run: leave no
+			// dead mount behind.
+			syscall.Unmount(v.(string), syscall.MNT_DETACH)
+			return true
+		})
+	})
+}
+
+// abortConnection aborts FUSE connection n through fusectl, mounting
+// fusectl first if it is not.
+func abortConnection(n uint32) error {
+	const ctl = "/sys/fs/fuse/connections"
+	abort := filepath.Join(ctl, fmt.Sprint(n), "abort")
+	if _, err := os.Stat(abort); err != nil {
+		if err := syscall.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
+			return fmt.Errorf("mounting fusectl at %s: %w", ctl, err)
+		}
+	}
+	return os.WriteFile(abort, []byte("1"), 0)
+}
+
+// connectionOf returns the fusectl number of the FUSE mount at dir.
+func connectionOf(dir string) (uint32, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return 0, err
+	}
+	return unix.Minor(st.Dev), nil
 }
 
 // mountable skips the test unless this process can mount FUSE file
@@ -99,10 +159,15 @@ func mountClient(t testing.TB, c *client.Client, o Options) (string, *Server) {
 		c.Close()
 		t.Fatalf("mount: %v", err)
 	}
+	conn, err := connectionOf(dir)
+	if err == nil {
+		mounted.Store(conn, dir)
+	}
 	t.Cleanup(func() {
 		if err := unmountBounded(srv, 10*time.Second); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
+		mounted.Delete(conn)
 		c.Close()
 	})
 	return dir, srv
