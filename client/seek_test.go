@@ -155,29 +155,12 @@ func TestClusterSeekDataHole(t *testing.T) {
 // the way: before, `cp` of a sparse 1 TiB file failed with ETIMEDOUT
 // after 30 s of lseek (262,144 maps).
 func TestClusterSeekDataFarAway(t *testing.T) {
-	_, c := newClusterClient(t, nodetest.Options{})
-	ctx := context.Background()
-	root := client.Cred{}
 	const (
 		T   = 1 << 40
 		far = 700 << 30
 	)
-	_, f, err := c.Create(ctx, root, cluster.RootInode, "huge", 0o644, syscall.O_RDWR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close(ctx)
-	if err := f.Truncate(ctx, T); err != nil {
-		t.Fatal(err)
-	}
-	for _, off := range []int64{far, T - 4096} {
-		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{'x'}, 4096), off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	c, f := hugeSparseFile(t, T, far, T-4096)
 	before := c.Stats().TotalRPCs()
 	for _, s := range []struct{ off, want uint64 }{{0, far}, {far + 4096, T - 4096}, {12345, far}} {
 		if got, err := f.SeekData(ctx, s.off); err != nil || got != s.want {
@@ -197,29 +180,12 @@ func TestClusterSeekDataFarAway(t *testing.T) {
 // SEEK_DATA does: before, every 4 MiB chunk of the range cost a request
 // (262,144 for 1 TiB: 25 s through the mount).
 func TestClusterPunchOverHoles(t *testing.T) {
-	_, c := newClusterClient(t, nodetest.Options{})
-	ctx := context.Background()
-	root := client.Cred{}
 	const (
 		T   = 1 << 40
 		far = 700 << 30
 	)
-	_, f, err := c.Create(ctx, root, cluster.RootInode, "huge", 0o644, syscall.O_RDWR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close(ctx)
-	if err := f.Truncate(ctx, T); err != nil {
-		t.Fatal(err)
-	}
-	for _, off := range []int64{4096, far, T - 4096} {
-		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{'x'}, 4096), off); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	c, f := hugeSparseFile(t, T, 4096, far, T-4096)
 	before := c.Stats().TotalRPCs()
 	if err := f.Allocate(ctx, client.FallocPunchHole|client.FallocKeepSize, 0, T-4096); err != nil {
 		t.Fatal(err)
@@ -236,4 +202,30 @@ func TestClusterPunchOverHoles(t *testing.T) {
 			t.Errorf("read at %d after the punch: %v, zeros %v", off, err, bytes.Equal(b, make([]byte, 4096)))
 		}
 	}
+}
+
+// hugeSparseFile creates a file of size bytes on a new 3-node cluster
+// holding 4 KiB at each of offs and nothing else, flushed; it is closed
+// when the test ends.
+func hugeSparseFile(t *testing.T, size int64, offs ...int64) (*client.Client, *client.File) {
+	t.Helper()
+	_, c := newClusterClient(t, nodetest.Options{})
+	ctx := context.Background()
+	_, f, err := c.Create(ctx, client.Cred{}, cluster.RootInode, "huge", 0o644, syscall.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close(ctx) })
+	if err := f.Truncate(ctx, uint64(size)); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range offs {
+		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{'x'}, 4096), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, f
 }
