@@ -89,6 +89,9 @@ type dataIO interface {
 	ReadAt(ctx context.Context, ino uint64, p []byte, off uint64) error
 	// WriteAt writes p at off, allocating blocks where needed.
 	WriteAt(ctx context.Context, ino uint64, p []byte, off uint64) error
+	// ReadV and WriteV are ReadAt and WriteAt of every vector, at once.
+	ReadV(ctx context.Context, ino uint64, iov []IOVec) error
+	WriteV(ctx context.Context, ino uint64, iov []IOVec) error
 	// Reserve allocates the blocks a write of p at off needs, without
 	// writing (a write kept behind meets ENOSPC when it is accepted).
 	Reserve(ctx context.Context, ino uint64, p []byte, off uint64) error

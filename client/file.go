@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/octofs/octofs/dataplane/dpclient"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -405,25 +406,159 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, nil
 	}
 	n := int(min(uint64(len(p)), size-uint64(off)))
+	err = f.reading(octx, func() error { return f.c.data.ReadAt(octx, f.oi.ino, p[:n], uint64(off)) })
+	if err != nil {
+		return 0, f.c.fail(ctx, "read", err)
+	}
+	return n, nil
+}
+
+// reading runs read, the fetch of a read's bytes, beside the atime update
+// the read is due for, if any: the update goes to the inode's owner while
+// the bytes come from the chunks' owners, one round trip for both, not
+// two in a row.
+func (f *File) reading(octx context.Context, read func() error) error {
 	var touched chan struct{}
 	if f.AtimeDue() {
-		// The atime update goes to the inode's owner while the
-		// bytes come from the chunks' owners: one round trip for
-		// both, not two in a row.
 		touched = make(chan struct{})
 		go func() {
 			defer close(touched)
 			f.touchAtime(octx)
 		}()
 	}
-	err = f.c.data.ReadAt(octx, f.oi.ino, p[:n], uint64(off))
+	err := read()
 	if touched != nil {
 		<-touched
 	}
+	return err
+}
+
+// IOVec is one piece of a vectored read or write: Buf at byte Off of the
+// file.
+type IOVec = dpclient.IOVec
+
+// ReadV reads every vector at once: the RDMA READs of all their chunks
+// are in flight together, where ReadAt calls would run one after another
+// (a program gathering scattered records, an index and its pages). Each
+// vector is cut at the end of the file; n[i] is how many bytes vector i
+// got.
+func (f *File) ReadV(ctx context.Context, iov []IOVec) (n []int, err error) {
+	if f.closed.Load() || !f.readable() {
+		return nil, syscall.EBADF
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
 	if err != nil {
-		return 0, f.c.fail(ctx, "read", err)
+		return nil, f.c.fail(ctx, "read", err)
+	}
+	f.oi.mu.Lock()
+	size := f.oi.size
+	f.c.sendBehindLocked(octx, f.oi)
+	f.oi.mu.Unlock()
+	n = make([]int, len(iov))
+	cut := make([]IOVec, 0, len(iov))
+	for i, v := range iov {
+		if v.Off >= size || len(v.Buf) == 0 {
+			continue
+		}
+		n[i] = int(min(uint64(len(v.Buf)), size-v.Off))
+		cut = append(cut, IOVec{Off: v.Off, Buf: v.Buf[:n[i]]})
+	}
+	if len(cut) == 0 {
+		return n, nil
+	}
+	if err := f.reading(octx, func() error { return f.c.data.ReadV(octx, f.oi.ino, cut) }); err != nil {
+		return nil, f.c.fail(ctx, "read", err)
 	}
 	return n, nil
+}
+
+// WriteV writes every vector at once, their chunks' RDMA WRITEs in flight
+// together; vectors that overlap land in an unspecified order. On a file
+// opened with O_APPEND the vectors are appended one after another (their
+// offsets ignored), as writev(2) does.
+func (f *File) WriteV(ctx context.Context, iov []IOVec) error {
+	if f.closed.Load() || !f.writable() {
+		return syscall.EBADF
+	}
+	if f.flags&syscall.O_APPEND != 0 {
+		for _, v := range iov {
+			if _, err := f.WriteAt(ctx, v.Buf, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var end, total uint64
+	some := make([]IOVec, 0, len(iov))
+	for _, v := range iov {
+		if v.Off+uint64(len(v.Buf)) > maxFileSize || v.Off+uint64(len(v.Buf)) < v.Off {
+			return syscall.EFBIG
+		}
+		if len(v.Buf) > 0 {
+			some = append(some, v)
+			end, total = max(end, v.Off+uint64(len(v.Buf))), total+uint64(len(v.Buf))
+		}
+	}
+	if len(some) == 0 {
+		return nil
+	}
+	octx, cancel, err := f.c.op(ctx)
+	defer cancel()
+	if err != nil {
+		return f.c.fail(ctx, "write", err)
+	}
+	// Writes kept behind go first, so that they never land over these.
+	f.oi.mu.Lock()
+	err = f.c.drainLocked(octx, f.oi)
+	f.oi.mu.Unlock()
+	if err == nil {
+		err = f.c.data.WriteV(octx, f.oi.ino, some)
+	}
+	if err != nil {
+		return f.c.fail(ctx, "write", err)
+	}
+	f.wrote(end, total)
+	return nil
+}
+
+// Pending is a read or write started by ReadAtAsync or WriteAtAsync.
+type Pending struct {
+	done chan struct{}
+	n    int
+	err  error
+}
+
+// Wait returns the I/O's outcome (ReadAt's or WriteAt's) once it is over.
+func (p *Pending) Wait() (int, error) {
+	<-p.done
+	return p.n, p.err
+}
+
+// Done is closed when the I/O is over.
+func (p *Pending) Done() <-chan struct{} { return p.done }
+
+// ReadAtAsync starts ReadAt and returns at once, so that a program can
+// keep many reads in flight from one goroutine; p must not be touched
+// until Wait returns.
+func (f *File) ReadAtAsync(ctx context.Context, p []byte, off int64) *Pending {
+	return async(func() (int, error) { return f.ReadAt(ctx, p, off) })
+}
+
+// WriteAtAsync starts WriteAt and returns at once; p must not be touched
+// until Wait returns. Writes in flight together land in an unspecified
+// order where they overlap.
+func (f *File) WriteAtAsync(ctx context.Context, p []byte, off int64) *Pending {
+	return async(func() (int, error) { return f.WriteAt(ctx, p, off) })
+}
+
+func async(io func() (int, error)) *Pending {
+	pd := &Pending{done: make(chan struct{})}
+	go func() {
+		pd.n, pd.err = io()
+		close(pd.done)
+	}()
+	return pd
 }
 
 // AtimeDue reports whether a read through f is to update atime

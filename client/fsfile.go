@@ -132,6 +132,30 @@ func (f *FSFile) WriteAt(p []byte, off int64) (int, error) {
 	return n, f.err("write", err)
 }
 
+// ReadV reads every vector at once (File.ReadV): n[i] bytes into
+// vector i, fewer where the file ends.
+func (f *FSFile) ReadV(iov []IOVec) (n []int, err error) {
+	h, err := f.regular()
+	if err != nil {
+		return nil, f.err("read", err)
+	}
+	n, err = h.ReadV(f.fsys.ctx, iov)
+	return n, f.err("read", err)
+}
+
+// WriteV writes every vector at once (File.WriteV). Like WriteAt, it
+// refuses a file opened with O_APPEND.
+func (f *FSFile) WriteV(iov []IOVec) error {
+	h, err := f.regular()
+	if err != nil {
+		return f.err("write", err)
+	}
+	if h.flags&syscall.O_APPEND != 0 {
+		return errors.New("client: invalid use of WriteV on file opened with O_APPEND")
+	}
+	return f.err("write", h.WriteV(f.fsys.ctx, iov))
+}
+
 // WriteString writes s.
 func (f *FSFile) WriteString(s string) (int, error) { return f.Write([]byte(s)) }
 

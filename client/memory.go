@@ -939,6 +939,24 @@ func (d *memData) WriteAt(ctx context.Context, ino uint64, p []byte, off uint64)
 	return nil
 }
 
+func (d *memData) ReadV(ctx context.Context, ino uint64, iov []IOVec) error {
+	for _, v := range iov {
+		if err := d.ReadAt(ctx, ino, v.Buf, v.Off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *memData) WriteV(ctx context.Context, ino uint64, iov []IOVec) error {
+	for _, v := range iov {
+		if err := d.WriteAt(ctx, ino, v.Buf, v.Off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (d *memData) Reserve(ctx context.Context, ino uint64, p []byte, off uint64) error {
 	if err := d.enter(ctx, "reserve"); err != nil {
 		return err
