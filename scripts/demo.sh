@@ -10,7 +10,7 @@
 # /dev/shm where there is one, else DEMO_DIR), DEMO_JOBS (cp -a processes
 # copying the tree at once, 4), DEMO_PORT (first port tried, 17400),
 # DEMO_TIMEOUT (seconds to form, 60), DEMO_PMEM_MB (each node's region
-# in MiB; 1024 where the regions' file system has four times that free for
+# in MiB, at least 64; 1024 where the regions' file system has four times that free for
 # every node, else 256), DEMO_KEEP=1 leaves the cluster
 # running and mounted when the script ends (scripts/demo.sh stop, or make
 # demo-stop, takes it down).
@@ -155,16 +155,26 @@ node_args() {
 # prefaulted), so the default is 1 GiB only where the file system has four
 # times the cluster's total free; a real workload (a build, a database, a
 # test suite's large files) fills 3 x 256 MiB quickly.
+MIN_PMEM_MB=64
+
 pmem_mb() {
+	local free_mb
+	free_mb=$(df -Pm "$PMEM_DIR" | awk 'NR == 2 { print $4 }')
 	if [ -n "${DEMO_PMEM_MB:-}" ]; then
 		case $DEMO_PMEM_MB in
-		*[!0-9]* | 0*) echo "demo: DEMO_PMEM_MB=$DEMO_PMEM_MB is not a size in MiB (say 1024)" >&2; return 1 ;;
+		*[!0-9]* | 0* | ????????*) echo "demo: DEMO_PMEM_MB=$DEMO_PMEM_MB is not a size in MiB (say 1024)" >&2; return 1 ;;
 		esac
+		if [ "$DEMO_PMEM_MB" -lt "$MIN_PMEM_MB" ]; then
+			echo "demo: DEMO_PMEM_MB=$DEMO_PMEM_MB: each region needs at least $MIN_PMEM_MB MiB (the copied tree, the logs)" >&2
+			return 1
+		fi
+		if [ $((DEMO_PMEM_MB * NODES)) -gt "${free_mb:-0}" ]; then
+			echo "demo: DEMO_PMEM_MB=$DEMO_PMEM_MB: $NODES regions need $((DEMO_PMEM_MB * NODES)) MiB, $PMEM_DIR has ${free_mb:-0} MiB free" >&2
+			return 1
+		fi
 		echo "$DEMO_PMEM_MB"
 		return
 	fi
-	local free_mb
-	free_mb=$(df -Pm "$PMEM_DIR" | awk 'NR == 2 { print $4 }')
 	if [ "${free_mb:-0}" -ge $((4 * 1024 * NODES)) ]; then echo 1024; else echo 256; fi
 }
 
