@@ -12,6 +12,7 @@ import (
 
 	"github.com/octofs/octofs/cluster"
 	"github.com/octofs/octofs/dataplane/wire"
+	"github.com/octofs/octofs/internal/sat"
 	"github.com/octofs/octofs/rdma"
 )
 
@@ -527,10 +528,10 @@ func (e *Engine) Space(ctx context.Context) (Space, error) {
 		defer mu.Unlock()
 		// Saturating: a node that claims near 2^64 bytes must not
 		// wrap the sums to a plausible figure.
-		s.Total = satAdd(s.Total, r.Capacity.Total)
-		s.Free = satAdd(s.Free, r.Capacity.Free)
-		s.Used = satAdd(s.Used, r.Capacity.Used)
-		s.Quarantined = satAdd(s.Quarantined, r.Capacity.Quarantined)
+		s.Total = sat.Add(s.Total, r.Capacity.Total)
+		s.Free = sat.Add(s.Free, r.Capacity.Free)
+		s.Used = sat.Add(s.Used, r.Capacity.Used)
+		s.Quarantined = sat.Add(s.Quarantined, r.Capacity.Quarantined)
 		if share := shares[n.ID]; share > 0 {
 			// Free × P / share, in 128 bits' worth of care: Free is
 			// below 2^64 and P below 2^32.
@@ -543,14 +544,6 @@ func (e *Engine) Space(ctx context.Context) (Space, error) {
 	}, &e.stats)
 	s.Writable = min(writable, s.Free)
 	return s, err
-}
-
-// satAdd is a+b, or the largest uint64 if that overflows.
-func satAdd(a, b uint64) uint64 {
-	if sum, carry := bits.Add64(a, b, 0); carry == 0 {
-		return sum
-	}
-	return math.MaxUint64
 }
 
 // broadcast sends req to every node of m that holds partitions, in

@@ -3,12 +3,11 @@ package mdclient
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/bits"
 	"slices"
 	"sync"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/internal/sat"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -266,30 +265,15 @@ func (c *Client) StatFS(ctx context.Context) (wire.StatFSReply, error) {
 			}
 			// Saturating: a node claiming near 2^64 must not wrap the
 			// sums to a plausible figure.
-			sum.Blocks = satAdd(sum.Blocks, satMul(r.Blocks, scale))
-			sum.Bfree = satAdd(sum.Bfree, satMul(r.Bfree, scale))
-			sum.Bavail = satAdd(sum.Bavail, satMul(r.Bavail, scale))
-			sum.Files = satAdd(sum.Files, r.Files)
-			sum.Ffree = satAdd(sum.Ffree, r.Ffree)
+			sum.Blocks = sat.Add(sum.Blocks, sat.Mul(r.Blocks, scale))
+			sum.Bfree = sat.Add(sum.Bfree, sat.Mul(r.Bfree, scale))
+			sum.Bavail = sat.Add(sum.Bavail, sat.Mul(r.Bavail, scale))
+			sum.Files = sat.Add(sum.Files, r.Files)
+			sum.Ffree = sat.Add(sum.Ffree, r.Ffree)
 		})
 	}
 	wg.Wait()
 	return sum, first
-}
-
-// satAdd is a+b and satMul a*b, or the largest uint64 if that overflows.
-func satAdd(a, b uint64) uint64 {
-	if sum, carry := bits.Add64(a, b, 0); carry == 0 {
-		return sum
-	}
-	return math.MaxUint64
-}
-
-func satMul(a, b uint64) uint64 {
-	if hi, lo := bits.Mul64(a, b); hi == 0 {
-		return lo
-	}
-	return math.MaxUint64
 }
 
 func cmpErr(a, b error) error {
