@@ -103,42 +103,6 @@ func (e *Engine) WriteV(ctx context.Context, ino uint64, iov []IOVec) error {
 	return e.vector(ctx, ino, iov, true)
 }
 
-// Pending is an I/O started by ReadAtAsync or WriteAtAsync.
-type Pending struct {
-	done chan struct{}
-	err  error
-}
-
-// Wait returns the I/O's outcome once it is over.
-func (p *Pending) Wait() error {
-	<-p.done
-	return p.err
-}
-
-// Done is closed when the I/O is over.
-func (p *Pending) Done() <-chan struct{} { return p.done }
-
-// ReadAtAsync starts ReadAt and returns at once; p must not be touched
-// until Wait returns.
-func (e *Engine) ReadAtAsync(ctx context.Context, ino uint64, p []byte, off uint64) *Pending {
-	return e.async(func() error { return e.ReadAt(ctx, ino, p, off) })
-}
-
-// WriteAtAsync starts WriteAt and returns at once; p must not be touched
-// until Wait returns.
-func (e *Engine) WriteAtAsync(ctx context.Context, ino uint64, p []byte, off uint64) *Pending {
-	return e.async(func() error { return e.WriteAt(ctx, ino, p, off) })
-}
-
-func (e *Engine) async(f func() error) *Pending {
-	pd := &Pending{done: make(chan struct{})}
-	go func() {
-		pd.err = f()
-		close(pd.done)
-	}()
-	return pd
-}
-
 // vector runs the pieces of every vector, in parallel when there are
 // several, and returns the first error.
 func (e *Engine) vector(ctx context.Context, ino uint64, iov []IOVec, write bool) error {
