@@ -105,12 +105,6 @@ func (c *Client) KeepDirsAfterCreate(ttl time.Duration) {
 	c.fresh = newFreshDirs(ttl, c.cfg.Now)
 }
 
-// ForgetAttrs drops what the caches hold of ino's attributes, so that the
-// next GetAttr asks its owner: for a caller that knows ino changed in a way
-// the client could not see, such as the inode a rename replaced (its link
-// count fell; the client knows only the names).
-func (c *Client) ForgetAttrs(ino uint64) { c.dropAttrs(ino) }
-
 // dropAttrs forgets what the caches hold of ino's attributes.
 func (c *Client) dropAttrs(ino uint64) {
 	c.attrs.drop(ino)

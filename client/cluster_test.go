@@ -228,7 +228,7 @@ func TestClusterKnownInodeRouting(t *testing.T) {
 	}
 	before := c.Stats().RPCs
 	for i := range n {
-		if err := c.RenameKnown(ctx, cred, dir.Ino, fmt.Sprintf("f%d", i), inos[i], dir.Ino, fmt.Sprintf("g%d", i), 0); err != nil {
+		if err := c.RenameKnown(ctx, cred, dir.Ino, fmt.Sprintf("f%d", i), inos[i], dir.Ino, fmt.Sprintf("g%d", i), 0, 0); err != nil {
 			t.Fatalf("rename f%d: %v", i, err)
 		}
 	}
@@ -264,11 +264,11 @@ func TestClusterKnownInodeRouting(t *testing.T) {
 			want: []string{"b"}, absent: []string{"a"},
 		},
 		"rename, inode gone": {
-			op:   func(ino uint64) error { return c.RenameKnown(ctx, cred, dir.Ino, "a", gone, dir.Ino, "c", 0) },
+			op:   func(ino uint64) error { return c.RenameKnown(ctx, cred, dir.Ino, "a", gone, dir.Ino, "c", 0, 0) },
 			want: []string{"b", "c"}, absent: []string{"a"},
 		},
 		"rename, another live inode": {
-			op:   func(ino uint64) error { return c.RenameKnown(ctx, cred, dir.Ino, "a", ino, dir.Ino, "c", 0) },
+			op:   func(ino uint64) error { return c.RenameKnown(ctx, cred, dir.Ino, "a", ino, dir.Ino, "c", 0, 0) },
 			want: []string{"b", "c"}, absent: []string{"a"},
 		},
 	} {

@@ -382,13 +382,16 @@ func (c *Client) forgetEntry(parent uint64, name string) {
 // Rename moves name in parent to newName in newParent; flags are
 // renameat2's RenameNoReplace or RenameExchange.
 func (c *Client) Rename(ctx context.Context, cred Cred, parent uint64, name string, newParent uint64, newName string, flags uint32) error {
-	return c.RenameKnown(ctx, cred, parent, name, 0, newParent, newName, flags)
+	return c.RenameKnown(ctx, cred, parent, name, 0, newParent, newName, 0, flags)
 }
 
 // RenameKnown is Rename for a caller that knows the inode name names
 // (ino): the rename is coordinated by ino's owner from the start, as
-// UnlinkKnown.
-func (c *Client) RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, flags uint32) error {
+// UnlinkKnown. replaced, if not 0, is the inode newName names now, as the
+// caller knows it: what the client keeps of its attributes is dropped
+// too, since it loses a link (an fstat through a descriptor open on it
+// says so at once).
+func (c *Client) RenameKnown(ctx context.Context, cred Cred, parent uint64, name string, ino, newParent uint64, newName string, replaced uint64, flags uint32) error {
 	if err := checkName(name, false); err != nil {
 		return err
 	}
@@ -409,6 +412,7 @@ func (c *Client) RenameKnown(ctx context.Context, cred Cred, parent uint64, name
 	c.forgetEntry(parent, name)
 	c.forgetEntry(newParent, newName)
 	c.dropAttrs(ino) // the inode the caller knows: its ctime (a directory's parent) changes
+	c.dropAttrs(replaced)
 	withIno := func(r knownRouter) error {
 		return r.RenameKnown(octx, cred, parent, name, ino, newParent, newName, flags)
 	}

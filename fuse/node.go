@@ -401,17 +401,11 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	ctx = detach(ctx)
 	np := newParent.EmbeddedInode().StableAttr().Ino
-	var replaced uint64 // the inode newName named, when the kernel knows it
+	var replaced uint64 // the inode newName names, when the kernel knows it
 	if p, ok := newParent.(*node); ok {
 		replaced = p.childIno(newName)
 	}
-	err := n.fsys.c.RenameKnown(ctx, n.cred(ctx), n.ino(), name, n.childIno(name), np, newName, flags)
-	if err == nil && replaced != 0 {
-		// Its link count fell (to 0 if that was its last name): an
-		// fstat through a descriptor still open on it must say so.
-		n.fsys.c.ForgetAttrs(replaced)
-	}
-	return n.fail("rename", err)
+	return n.fail("rename", n.fsys.c.RenameKnown(ctx, n.cred(ctx), n.ino(), name, n.childIno(name), np, newName, replaced, flags))
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
