@@ -415,14 +415,11 @@ func (e *Engine) Allocate(ctx context.Context, ino uint64, mode uint32, off, len
 			// blocks (a hole punched in a hole changes nothing), as
 			// SEEK_DATA does.
 			empty = 0
-			next, err := e.nextData(ctx, ino, chunk)
-			if err != nil {
+			next, found, err := e.nextData(ctx, ino, chunk, off+length)
+			if err != nil || !found {
 				return err
 			}
 			if next > chunk {
-				if next == wire.NoChunk || next >= (off+length+wire.ChunkSize-1)/wire.ChunkSize {
-					return nil
-				}
 				skip := next*wire.ChunkSize - off
 				off, length = off+skip, length-skip
 				continue

@@ -23,12 +23,9 @@ func (e *Engine) Seek(ctx context.Context, ino, off, end uint64, hole bool) (uin
 		if !hole && scanned == seekScan {
 			// A run of chunks without data: ask the nodes where the
 			// next data is rather than map each chunk up to it.
-			next, err := e.nextData(ctx, ino, chunk)
-			if err != nil {
+			next, found, err := e.nextData(ctx, ino, chunk, end)
+			if err != nil || !found {
 				return 0, false, err
-			}
-			if next == wire.NoChunk || next >= (end+wire.ChunkSize-1)/wire.ChunkSize {
-				return 0, false, nil
 			}
 			chunk, scanned = next, 0
 		}
@@ -54,17 +51,21 @@ func (e *Engine) Seek(ctx context.Context, ino, off, end uint64, hole bool) (uin
 const seekScan = 4
 
 // nextData asks every node for the lowest chunk at or after from of ino
-// that holds blocks there, and returns the lowest (wire.NoChunk: none).
-func (e *Engine) nextData(ctx context.Context, ino, from uint64) (uint64, error) {
+// that holds blocks there, and returns the lowest, if one starts before
+// byte end (found).
+func (e *Engine) nextData(ctx context.Context, ino, from, end uint64) (next uint64, found bool, err error) {
 	m := e.cfg.Map.Current()
 	var mu sync.Mutex
-	next := wire.NoChunk
-	err := broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpNextData, Header: e.header(m), Ino: ino, Chunk: from}, func(_ cluster.NodeInfo, r wire.Reply) {
+	next = wire.NoChunk
+	err = broadcast(ctx, e.cfg.RPC, m, &wire.Request{Op: wire.OpNextData, Header: e.header(m), Ino: ino, Chunk: from}, func(_ cluster.NodeInfo, r wire.Reply) {
 		mu.Lock()
 		defer mu.Unlock()
 		next = min(next, max(r.Next, from))
 	}, &e.stats)
-	return next, err
+	if err != nil || next == wire.NoChunk || next >= (end+wire.ChunkSize-1)/wire.ChunkSize {
+		return 0, false, err
+	}
+	return next, true, nil
 }
 
 // seekSpans returns the first offset in [lo, hi) inside data (hole false)
