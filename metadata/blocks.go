@@ -83,7 +83,7 @@ func (p *partition) resized(n *inode, rec *wire.InodeRecord) (a wire.Attr, keep 
 	if !n.isRegular() || !n.usageKnown {
 		return a, func() {}
 	}
-	usage := min(n.usage, (rec.Size+4095)/4096*4096)
+	usage := min(n.usage, blockBytes(rec.Size))
 	a.Blocks = (usage + 511) / 512
 	return a, func() {
 		if m := p.inodes[rec.Ino]; m != nil && m.rec == *rec {

@@ -75,10 +75,13 @@ func attrOf(r *wire.InodeRecord) wire.Attr {
 		// An estimate, until the chunk owners' count is known
 		// (inode.usage): as if every block below the size were
 		// allocated.
-		a.Blocks = (r.Size + 4095) / 4096 * 8
+		a.Blocks = blockBytes(r.Size) / 512
 	}
 	return a
 }
+
+// blockBytes is size rounded up to whole 4 KiB blocks.
+func blockBytes(size uint64) uint64 { return (size + 4095) / 4096 * 4096 }
 
 // dentry is a directory entry.
 type dentry struct {
