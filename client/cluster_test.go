@@ -22,14 +22,21 @@ func newClusterClient(t *testing.T, o nodetest.Options) (*nodetest.Cluster, *cli
 		t.Skip("starts a 3-node cluster; skipped with -short")
 	}
 	tc := nodetest.Start(t, o)
+	return tc, connectClient(t, tc, t.Name())
+}
+
+// connectClient connects another client (another host) named name to tc,
+// closed when the test ends.
+func connectClient(t *testing.T, tc *nodetest.Cluster, name string) *client.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, Name: t.Name(), OpTimeout: time.Minute})
+	c, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, Name: name, OpTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return tc, c
+	return c
 }
 
 func TestClusterDataPath(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/octofs/octofs/client"
 	"github.com/octofs/octofs/cluster"
@@ -56,11 +55,7 @@ func TestClusterVectoredAndAsyncIO(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c2, err := client.New(ctx, client.Config{Admin: tc.AdminAddrs(), Token: tc.Token, Name: "second", OpTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
+	c2 := connectClient(t, tc, "second")
 	g, err := c2.Open(ctx, root, a.Ino, syscall.O_RDONLY)
 	if err != nil {
 		t.Fatal(err)
