@@ -520,7 +520,10 @@ func timespec(t time.Time) wire.Timespec {
 	return wire.TimespecOf(t)
 }
 
-func fromTimespec(t wire.Timespec) time.Time {
+// fromBirthTime is the birth time of a's inode: the zero time when the
+// owner does not know it (wire zero). Access, modification and change
+// times are always known: zero there is the epoch itself.
+func fromBirthTime(t wire.Timespec) time.Time {
 	if t == (wire.Timespec{}) {
 		return time.Time{}
 	}
@@ -530,7 +533,7 @@ func fromTimespec(t wire.Timespec) time.Time {
 func fromWire(a wire.Attr) Attr {
 	return Attr{Ino: a.Ino, Gen: a.Gen, Mode: a.Mode, Nlink: a.Nlink, UID: a.UID, GID: a.GID, Rdev: a.Rdev,
 		Size: a.Size, Blocks: a.Blocks, Blksize: a.Blksize,
-		Atime: fromTimespec(a.Atime), Mtime: fromTimespec(a.Mtime), Ctime: fromTimespec(a.Ctime), Btime: fromTimespec(a.Btime)}
+		Atime: a.Atime.Time(), Mtime: a.Mtime.Time(), Ctime: a.Ctime.Time(), Btime: fromBirthTime(a.Btime)}
 }
 
 // Lock types on the wire are 0, 1, 2; fcntl's are F_RDLCK, F_WRLCK,

@@ -184,6 +184,8 @@ func utimensatCases() []Case {
 			"root stat f atime,mtime => 1000.123456789,2000.987654321"),
 		c("utimensat/times before the epoch and far ahead", "root create f 0644",
 			"root utimensat f -1000 8589934592 => 0", "root stat f atime,mtime => -1000.000000000,8589934592.000000000"),
+		c("utimensat/the epoch itself", "root create f 0644",
+			"root utimensat f 0 0 => 0", "root stat f atime,mtime => 0.000000000,0.000000000"),
 		c("utimensat/root sets any file's times", mkAs("regular", "f", "65534 65534"), "root chmod f 0",
 			"root utimensat f 5 6 => 0", "root stat f atime,mtime => 5.000000000,6.000000000"),
 		c("utimensat/explicit times need ownership", mkAs("regular", "f", "65534 65534"), "root chmod f 0666",
