@@ -2,6 +2,8 @@ package metadata
 
 import (
 	"slices"
+
+	"github.com/octofs/octofs/metadata/acl"
 	"sort"
 
 	"github.com/octofs/octofs/metadata/wire"
@@ -32,6 +34,26 @@ type inode struct {
 	usage      uint64
 	usageKnown bool
 	usageGen   uint64
+}
+
+// accessACL is the inode's access ACL, nil when it has none. (Its xattr
+// was validated when it was set; one that no longer decodes counts as
+// none, leaving the mode bits in charge.)
+func (n *inode) accessACL() acl.ACL { return n.aclOf(acl.XattrAccess) }
+
+// defaultACL is a directory's default ACL, nil when it has none.
+func (n *inode) defaultACL() acl.ACL { return n.aclOf(acl.XattrDefault) }
+
+func (n *inode) aclOf(name string) acl.ACL {
+	v, ok := n.xattrs[name]
+	if !ok {
+		return nil
+	}
+	a, err := acl.Decode(v)
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 func (n *inode) isDir() bool     { return n.rec.Mode&wire.ModeType == wire.ModeDir }

@@ -33,7 +33,7 @@ func (s *Service) touchAtime(ctx context.Context, r *request, q *wire.GetAttrReq
 	if n == nil || (q.Gen != 0 && n.rec.Gen != q.Gen) {
 		return fail(status(syscall.ESTALE))
 	}
-	if !s.sessions.hasOpen(r.key, q.Ino) && !permits(&n.rec, r.cred, wire.AccessRead) {
+	if !s.sessions.hasOpen(r.key, q.Ino) && !n.permits(r.cred, wire.AccessRead) {
 		return fail(status(syscall.EACCES))
 	}
 	if err := p.touchAtimeLocked(n); err != nil {

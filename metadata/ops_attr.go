@@ -3,10 +3,12 @@ package metadata
 import (
 	"bytes"
 	"context"
+	"errors"
 	"syscall"
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -41,7 +43,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 		case q.Size > maxFileSize:
 			return fail(status(syscall.EFBIG))
 		case v&wire.SetHandle != 0 && s.sessions.hasWriter(r.key, q.Ino):
-		case !permits(&rec, c, wire.AccessWrite):
+		case !n.permits(c, wire.AccessWrite):
 			return fail(status(syscall.EACCES))
 		}
 	}
@@ -51,7 +53,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	if v&wire.SetGID != 0 && !c.IsRoot() && !(c.UID == rec.UID && (c.InGroup(q.GID) || q.GID == rec.GID)) {
 		return fail(status(syscall.EPERM))
 	}
-	if v&wire.SetKillSuidGid != 0 && v&(wire.SetSize|wire.SetUID|wire.SetGID) == 0 && !s.sessions.hasWriter(r.key, q.Ino) && !permits(&rec, c, wire.AccessWrite) {
+	if v&wire.SetKillSuidGid != 0 && v&(wire.SetSize|wire.SetUID|wire.SetGID) == 0 && !s.sessions.hasWriter(r.key, q.Ino) && !n.permits(c, wire.AccessWrite) {
 		// What a write does: only a writer may ask for it alone (a
 		// chown, checked above, asks for it too).
 		return fail(status(syscall.EACCES))
@@ -63,7 +65,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 		if !ownerOrRoot(&rec, c) {
 			return fail(status(syscall.EPERM))
 		}
-	} else if v&(wire.SetAtimeNow|wire.SetMtimeNow) != 0 && !ownerOrRoot(&rec, c) && !permits(&rec, c, wire.AccessWrite) {
+	} else if v&(wire.SetAtimeNow|wire.SetMtimeNow) != 0 && !ownerOrRoot(&rec, c) && !n.permits(c, wire.AccessWrite) {
 		return fail(status(syscall.EACCES))
 	}
 
@@ -116,11 +118,16 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 	if v&wire.SetCtime != 0 {
 		rec.Ctime = q.Ctime
 	}
+	// posix_acl_chmod: an access ACL follows the new permission bits.
+	var aclRec wire.Record
+	if a := n.accessACL(); a != nil && v&wire.SetMode != 0 {
+		aclRec = &wire.XattrSetRecord{Ino: rec.Ino, Name: acl.XattrAccess, Value: a.Chmod(rec.Mode).Encode()}
+	}
 	if v&wire.SetSize != 0 && n.isRegular() && hasBlocksPast(&n.rec, q.Size) {
 		// Shrink (or blocks past the size): the other changes now,
 		// with the intent; the data beyond the size is freed before
 		// the size is published.
-		return p.truncate(r, n, rec, q.Size)
+		return p.truncate(r, n, rec, aclRec, q.Size)
 	}
 	attr, keep := n.attrWith(&rec), func() {}
 	if v&wire.SetSize != 0 {
@@ -128,7 +135,7 @@ func (s *Service) setattr(ctx context.Context, r *request, q *wire.SetAttrReques
 		attr, keep = p.resized(n, &rec)
 	}
 	res := ok(&wire.AttrReply{Attr: attr})
-	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
+	if err := p.commit(nonNil(&rec, aclRec, r.record(res))...); err != nil {
 		return fail(wire.StatusInternal)
 	}
 	keep()
@@ -154,9 +161,9 @@ func nonNil(recs ...wire.Record) []wire.Record {
 // data beyond size, then publishes the size. The caller holds p.mu
 // exclusively; truncate releases it while the data is freed (the intent
 // keeps the inode busy).
-func (p *partition) truncate(r *request, n *inode, rec wire.InodeRecord, size uint64) result {
+func (p *partition) truncate(r *request, n *inode, rec wire.InodeRecord, aclRec wire.Record, size uint64) result {
 	return p.startTruncate(&wire.IntentRecord{Op: wire.IntentTruncate, Ino: rec.Ino, Size: size,
-		ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}, &rec)
+		ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}, &rec, aclRec)
 }
 
 // startTruncate gives in a transaction id, appends it after recs, and
@@ -256,7 +263,7 @@ func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteComm
 		return fail(status(syscall.EINVAL))
 	case q.Size > maxFileSize:
 		return fail(status(syscall.EFBIG))
-	case !s.sessions.hasWriter(r.key, q.Ino) && !permits(&n.rec, r.cred, wire.AccessWrite):
+	case !s.sessions.hasWriter(r.key, q.Ino) && !n.permits(r.cred, wire.AccessWrite):
 		return fail(status(syscall.EACCES))
 	}
 	rec := n.rec
@@ -305,7 +312,7 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 		return fail(status(syscall.EISDIR))
 	case f&wire.OpenDirectory != 0 && !n.isDir():
 		return fail(status(syscall.ENOTDIR))
-	case !q.Reclaim && !permits(&n.rec, r.cred, mask):
+	case !q.Reclaim && !n.permits(r.cred, mask):
 		return fail(status(syscall.EACCES))
 	case f&wire.OpenNoAtime != 0 && !ownerOrRoot(&n.rec, r.cred):
 		return fail(status(syscall.EPERM))
@@ -319,7 +326,7 @@ func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) res
 			return fail(wire.StatusNotReady) // the data service frees the blocks
 		}
 		if hasBlocksPast(&rec, 0) {
-			res = p.truncate(r, n, rec, 0)
+			res = p.truncate(r, n, rec, nil, 0)
 		} else {
 			now := wire.TimespecOf(s.now())
 			rec.Mtime, rec.Ctime = now, now
@@ -352,7 +359,7 @@ func (s *Service) openDir(ctx context.Context, r *request, q *wire.OpenDirReques
 		return fail(status(syscall.ENOENT))
 	case !n.isDir():
 		return fail(status(syscall.ENOTDIR))
-	case !permits(&n.rec, r.cred, wire.AccessRead):
+	case !n.permits(r.cred, wire.AccessRead):
 		return fail(status(syscall.EACCES))
 	case q.Flags&wire.OpenNoAtime != 0 && !ownerOrRoot(&n.rec, r.cred):
 		return fail(status(syscall.EPERM))
@@ -561,6 +568,20 @@ func (s *Service) setxattr(ctx context.Context, r *request, q *wire.SetXattrRequ
 	if len(q.Value) > wire.MaxXattrValueLen {
 		return fail(status(syscall.E2BIG))
 	}
+	if isACLName(q.Name) {
+		if len(q.Value) == 0 {
+			// setxattr(2) with no value: the VFS removes the ACL.
+			return s.setACL(ctx, r, q.Ino, q.Name, nil)
+		}
+		a, err := acl.Decode(q.Value)
+		switch {
+		case errors.Is(err, acl.ErrVersion):
+			return fail(status(syscall.EOPNOTSUPP))
+		case err != nil:
+			return fail(status(syscall.EINVAL))
+		}
+		return s.setACL(ctx, r, q.Ino, q.Name, a)
+	}
 	return s.xattrChange(ctx, r, q.Ino, q.Name, func(n *inode) ([]wire.Record, syscall.Errno) {
 		old, exists := n.xattrs[q.Name]
 		switch {
@@ -588,6 +609,9 @@ func (s *Service) removexattr(ctx context.Context, r *request, q *wire.RemoveXat
 	if e := checkXattrName(q.Name); e != 0 {
 		return fail(status(e))
 	}
+	if isACLName(q.Name) {
+		return s.setACL(ctx, r, q.Ino, q.Name, nil)
+	}
 	return s.xattrChange(ctx, r, q.Ino, q.Name, func(n *inode) ([]wire.Record, syscall.Errno) {
 		if _, exists := n.xattrs[q.Name]; !exists {
 			return nil, syscall.ENODATA
@@ -596,10 +620,68 @@ func (s *Service) removexattr(ctx context.Context, r *request, q *wire.RemoveXat
 	})
 }
 
+// setACL sets (a nil: removes) the POSIX ACL xattr name of ino, as
+// Linux's set_posix_acl does: flags do not apply, a default ACL belongs
+// to directories only, and an access ACL sets the mode's permission
+// bits (posix_acl_update_mode): one the bits can say alone is not kept,
+// and the setgid bit goes if the caller is neither in the file's group
+// nor root.
+func (s *Service) setACL(ctx context.Context, r *request, ino uint64, name string, a acl.ACL) result {
+	return s.xattrUpdate(ctx, r, ino, name, func(n *inode, rec *wire.InodeRecord) ([]wire.Record, syscall.Errno) {
+		_, exists := n.xattrs[name]
+		remove := func() []wire.Record {
+			if !exists {
+				return nil
+			}
+			return []wire.Record{&wire.XattrRemoveRecord{Ino: ino, Name: name}}
+		}
+		if name == acl.XattrDefault {
+			switch {
+			case !n.isDir() && a != nil:
+				return nil, syscall.EACCES
+			case a == nil:
+				return remove(), 0
+			}
+		} else if a != nil {
+			perm, equiv := a.EquivMode()
+			rec.Mode = rec.Mode&^0o777 | perm
+			if !r.cred.IsRoot() && !r.cred.InGroup(rec.GID) {
+				rec.Mode &^= wire.ModeSetgid
+			}
+			if equiv {
+				return remove(), 0
+			}
+		} else {
+			return remove(), 0
+		}
+		v := a.Encode()
+		old := n.xattrs[name]
+		switch {
+		case n.xbytes-len(old)-boolLen(exists, name)+len(name)+len(v) > wire.MaxXattrTotal:
+			return nil, syscall.ENOSPC
+		case (!exists || len(v) > len(old)) && s.roomToGrow() != wire.StatusOK:
+			return nil, syscall.ENOSPC
+		}
+		return []wire.Record{&wire.XattrSetRecord{Ino: ino, Name: name, Value: v}}, 0
+	})
+}
+
+// isACLName reports whether name is one of the POSIX ACL xattrs.
+func isACLName(name string) bool { return name == acl.XattrAccess || name == acl.XattrDefault }
+
 // xattrChange checks the caller may write xattr name of ino and appends
 // what change returns with the inode's new ctime.
 func (s *Service) xattrChange(ctx context.Context, r *request, ino uint64, name string,
 	change func(n *inode) ([]wire.Record, syscall.Errno)) result {
+	return s.xattrUpdate(ctx, r, ino, name, func(n *inode, _ *wire.InodeRecord) ([]wire.Record, syscall.Errno) {
+		return change(n)
+	})
+}
+
+// xattrUpdate is xattrChange whose change may also edit the inode's
+// record (rec, a copy of n's).
+func (s *Service) xattrUpdate(ctx context.Context, r *request, ino uint64, name string,
+	change func(n *inode, rec *wire.InodeRecord) ([]wire.Record, syscall.Errno)) result {
 	p, st := s.partition(ctx, cluster.PartitionOf(ino))
 	if st != wire.StatusOK {
 		return fail(st)
@@ -613,11 +695,11 @@ func (s *Service) xattrChange(ctx context.Context, r *request, ino uint64, name 
 	if e := xattrPermission(n, name, r.cred, true); e != 0 {
 		return fail(status(e))
 	}
-	recs, e := change(n)
+	rec := n.rec
+	recs, e := change(n, &rec)
 	if e != 0 {
 		return fail(status(e))
 	}
-	rec := n.rec
 	rec.Ctime = wire.TimespecOf(s.now())
 	res := ok(&wire.Empty{})
 	recs = append(recs, &rec)

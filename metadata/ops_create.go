@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -28,6 +29,47 @@ func inherit(rec *wire.InodeRecord, dirMode, dirGID uint32, c *wire.Cred) {
 	if rec.Mode&(wire.ModeSetgid|0o010) == wire.ModeSetgid|0o010 && !c.IsRoot() && !c.InGroup(dirGID) {
 		rec.Mode &^= wire.ModeSetgid
 	}
+}
+
+// inheritACL applies the rest of what a new inode takes from its
+// directory (after inherit), as posix_acl_create does: with a default
+// ACL def, the ACL masks the requested permission bits, the umask does
+// not apply, and the inode gets an access ACL (unless the bits say it
+// all) and, if a directory, the default ACL; without one, the umask
+// applies. A symbolic link takes neither. It returns the xattr records
+// of the new ACLs (rec.Ino must be set).
+func inheritACL(rec *wire.InodeRecord, def acl.ACL, umask uint32) []wire.Record {
+	typ := rec.Mode & wire.ModeType
+	switch {
+	case typ == wire.ModeSymlink:
+		return nil
+	case def == nil:
+		rec.Mode &^= umask & 0o777
+		return nil
+	}
+	perm, access, dflt := def.Inherit(rec.Mode&wire.ModePerm, typ == wire.ModeDir)
+	rec.Mode = typ | perm
+	var recs []wire.Record
+	if access != nil {
+		recs = append(recs, &wire.XattrSetRecord{Ino: rec.Ino, Name: acl.XattrAccess, Value: access.Encode()})
+	}
+	if dflt != nil {
+		recs = append(recs, &wire.XattrSetRecord{Ino: rec.Ino, Name: acl.XattrDefault, Value: dflt.Encode()})
+	}
+	return recs
+}
+
+// decodeACL is the ACL of an xattr value a peer sent, nil when empty or
+// malformed (the peer validated it when it was set).
+func decodeACL(v []byte) acl.ACL {
+	if len(v) == 0 {
+		return nil
+	}
+	a, err := acl.Decode(v)
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 // addCheck says what addEntryChecks checks beyond the basics.
@@ -55,7 +97,7 @@ func (p *partition) addEntryChecks(d *inode, name string, c *wire.Cred, chk addC
 		return wire.StatusLocked
 	case !d.isDir():
 		return status(syscall.ENOTDIR)
-	case !permits(&d.rec, c, wire.AccessExec):
+	case !d.permits(c, wire.AccessExec):
 		return status(syscall.EACCES)
 	case p.entryLocked(d.rec.Ino, name, wire.TxnID{}):
 		return wire.StatusLocked
@@ -67,7 +109,7 @@ func (p *partition) addEntryChecks(d *inode, name string, c *wire.Cred, chk addC
 		return status(syscall.EPERM)
 	case d.dead():
 		return status(syscall.ENOENT)
-	case !permits(&d.rec, c, wire.AccessWrite):
+	case !d.permits(c, wire.AccessWrite):
 		return status(syscall.EACCES)
 	case chk.newIsDir && d.rec.Nlink >= p.svc.cfg.MaxLinks:
 		return status(syscall.EMLINK)
@@ -156,13 +198,13 @@ func (s *Service) make(ctx context.Context, r *request, q *wire.MakeRequest) res
 	defer p.mu.Unlock()
 	var res result
 	if cluster.PartitionOf(q.Parent) == p.id {
-		res = p.makeLocal(ctx, r, q.Parent, q.Name, rec, now)
+		res = p.makeLocal(ctx, r, q.Parent, q.Name, rec, q.Umask, now)
 	} else {
 		rec.Ino = cluster.InodeNumber(p.id, p.nextIno)
 		rec.Flags = wire.InodePending
 		txn, extra := p.newTxn()
 		in := &wire.IntentRecord{Txn: txn, Op: wire.IntentCreate, Parent: q.Parent, Name: q.Name, Ino: rec.Ino, Type: typ,
-			ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred}
+			ClientID: r.key.id, Incarnation: r.key.inc, Seq: r.h.Seq, ReqOp: r.op, Cred: *r.cred, Umask: q.Umask}
 		if err := p.commit(nonNil(extra, &rec, in)...); err != nil {
 			return fail(wire.StatusInternal)
 		}
@@ -209,7 +251,7 @@ func (s *Service) tmpfile(ctx context.Context, r *request, q *wire.MakeRequest) 
 			continue
 		case !d.isDir():
 			return fail(status(syscall.ENOTDIR))
-		case !permits(&d.rec, r.cred, wire.AccessExec|wire.AccessWrite):
+		case !d.permits(r.cred, wire.AccessExec|wire.AccessWrite):
 			return fail(status(syscall.EACCES))
 		case d.dead():
 			return fail(status(syscall.ENOENT))
@@ -224,8 +266,9 @@ func (s *Service) tmpfile(ctx context.Context, r *request, q *wire.MakeRequest) 
 		rec.Flags |= wire.InodeLinkable
 	}
 	inherit(&rec, d.rec.Mode, d.rec.GID, r.cred)
+	xrecs := inheritACL(&rec, d.defaultACL(), q.Umask)
 	res := ok(&wire.AttrReply{Attr: attrOf(&rec)})
-	if err := p.commit(nonNil(&rec, r.record(res))...); err != nil {
+	if err := p.commit(nonNil(append(append([]wire.Record{&rec}, xrecs...), r.record(res))...)...); err != nil {
 		return fail(wire.StatusInternal)
 	}
 	p.addOpen(r.key, p.inodes[rec.Ino], true)
@@ -234,7 +277,7 @@ func (s *Service) tmpfile(ctx context.Context, r *request, q *wire.MakeRequest) 
 
 // makeLocal creates rec as name in parent, both in p: one append. The
 // caller holds p.mu exclusively.
-func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, name string, rec wire.InodeRecord, now wire.Timespec) result {
+func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, name string, rec wire.InodeRecord, umask uint32, now wire.Timespec) result {
 	typ := rec.Mode & wire.ModeType
 	var d *inode
 	for {
@@ -252,9 +295,10 @@ func (p *partition) makeLocal(ctx context.Context, r *request, parent uint64, na
 	}
 	rec.Ino = cluster.InodeNumber(p.id, p.nextIno)
 	inherit(&rec, d.rec.Mode, d.rec.GID, r.cred)
+	xrecs := inheritACL(&rec, d.defaultACL(), umask)
 	added := addEntryRecords(d, name, rec.Ino, typ, now)
 	res := ok(&wire.MakeReply{Attr: attrOf(&rec), HasDir: true, Dir: attrOf(added[1].(*wire.InodeRecord))})
-	recs := append([]wire.Record{&rec}, added...)
+	recs := append(append([]wire.Record{&rec}, xrecs...), added...)
 	if err := p.commit(nonNil(append(recs, r.record(res))...)...); err != nil {
 		return fail(wire.StatusInternal)
 	}
@@ -281,8 +325,9 @@ func (p *partition) finishCreate(in *wire.IntentRecord) result {
 		rec := n.rec
 		rec.Flags &^= wire.InodePending
 		inherit(&rec, rep.DirMode, rep.DirGID, &in.Cred)
+		xrecs := inheritACL(&rec, decodeACL(rep.DirDefaultACL), in.Umask)
 		res = ok(&wire.MakeReply{Attr: attrOf(&rec), HasDir: rep.Dir.Ino == in.Parent, Dir: rep.Dir})
-		recs = []wire.Record{&rec}
+		recs = append([]wire.Record{&rec}, xrecs...)
 	} else {
 		res = fail(peerStatus(rh.Status))
 		recs = []wire.Record{&wire.InodeFreeRecord{Ino: in.Ino}}
@@ -320,7 +365,8 @@ func intentRecord(in *wire.IntentRecord, res result) wire.Record {
 // caller may hard-link an inode it owns, or as root, or a regular file
 // that is neither setuid nor a setgid executable and that it may read
 // and write (safe_hardlink_source).
-func mayLink(r *wire.InodeRecord, c *wire.Cred) bool {
+func mayLink(n *inode, c *wire.Cred) bool {
+	r := &n.rec
 	if ownerOrRoot(r, c) {
 		return true
 	}
@@ -330,7 +376,7 @@ func mayLink(r *wire.InodeRecord, c *wire.Cred) bool {
 		r.Mode&(wire.ModeSetgid|0o010) == wire.ModeSetgid|0o010:
 		return false
 	}
-	return permits(r, c, wire.AccessRead|wire.AccessWrite)
+	return n.permits(c, wire.AccessRead|wire.AccessWrite)
 }
 
 func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) result {
@@ -360,7 +406,7 @@ func (s *Service) link(ctx context.Context, r *request, q *wire.LinkRequest) res
 		case n.rec.Nlink >= s.cfg.MaxLinks:
 			return fail(status(syscall.EMLINK))
 		}
-		denied := !mayLink(&n.rec, r.cred)
+		denied := !mayLink(n, r.cred)
 		if cluster.PartitionOf(q.NewParent) != p.id {
 			if denied {
 				// Linux checks the directory and the name first: ask

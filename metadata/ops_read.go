@@ -91,7 +91,7 @@ func (s *Service) lookup(ctx context.Context, r *request, q *wire.LookupRequest)
 	switch {
 	case !d.isDir():
 		st = status(syscall.ENOTDIR)
-	case !permits(&d.rec, r.cred, wire.AccessExec):
+	case !d.permits(r.cred, wire.AccessExec):
 		st = status(syscall.EACCES)
 	case q.Name == ".":
 		rep.Ino, rep.Type = q.Parent, wire.ModeDir
@@ -218,7 +218,7 @@ func (s *Service) readdirShared(ctx context.Context, p *partition, r *request, q
 	if !n.isDir() {
 		return nil, false, status(syscall.ENOTDIR)
 	}
-	if !permits(&n.rec, r.cred, wire.AccessRead) {
+	if !n.permits(r.cred, wire.AccessRead) {
 		return nil, false, status(syscall.EACCES)
 	}
 	rep := s.listPage(p, n, r.cred, q.Cookie, q.MaxBytes, q.MaxEntries)
@@ -239,7 +239,7 @@ func (s *Service) listPage(p *partition, n *inode, c *wire.Cred, cookie uint64, 
 		budget = int(s.cfg.ReadDirBytes)
 	}
 	budget = min(budget, maxReadDirBytes)
-	withAttrs := permits(&n.rec, c, wire.AccessExec)
+	withAttrs := n.permits(c, wire.AccessExec)
 	rep := &wire.ReadDirReply{EOF: true}
 	used := 8
 	n.dir.after(cookie, func(e *dentry) bool {
@@ -279,7 +279,7 @@ func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	if !permits(&n.rec, r.cred, q.Mask) {
+	if !n.permits(r.cred, q.Mask) {
 		return fail(status(syscall.EACCES))
 	}
 	return ok(&wire.Empty{})
@@ -311,7 +311,7 @@ const (
 // checkXattrName applies the name rules in the VFS's order: ERANGE for an
 // empty or too long name; EINVAL for a namespace prefix with nothing
 // after it ("user.": xattr_resolve_name); EOPNOTSUPP for a namespace
-// octofs does not keep (system.*: POSIX ACLs are not supported) or an
+// octofs does not keep (system.* other than the two POSIX ACLs) or an
 // unknown one.
 func checkXattrName(name string) syscall.Errno {
 	switch {
@@ -321,7 +321,8 @@ func checkXattrName(name string) syscall.Errno {
 		return syscall.EINVAL
 	case strings.HasPrefix(name, xattrUser),
 		strings.HasPrefix(name, xattrTrusted),
-		strings.HasPrefix(name, xattrSecurity):
+		strings.HasPrefix(name, xattrSecurity),
+		isACLName(name):
 		return 0
 	}
 	return syscall.EOPNOTSUPP
@@ -335,6 +336,16 @@ func xattrPermission(n *inode, name string, c *wire.Cred, write bool) syscall.Er
 		mask = wire.AccessWrite
 	}
 	switch {
+	case isACLName(name):
+		// set_posix_acl: the owner (or root) sets; anyone reads. A
+		// symbolic link has none.
+		switch {
+		case n.isSymlink():
+			return syscall.EOPNOTSUPP
+		case write && !ownerOrRoot(&n.rec, c):
+			return syscall.EPERM
+		}
+		return 0
 	case strings.HasPrefix(name, xattrSecurity):
 		if write && !c.IsRoot() {
 			return syscall.EPERM
@@ -359,7 +370,7 @@ func xattrPermission(n *inode, name string, c *wire.Cred, write bool) syscall.Er
 			return syscall.EPERM
 		}
 	}
-	if !permits(&n.rec, c, mask) {
+	if !n.permits(c, mask) {
 		return syscall.EACCES
 	}
 	return 0

@@ -26,7 +26,7 @@ func (s *Service) resolveEntry(ctx context.Context, c *wire.Cred, parent uint64,
 		return 0, st
 	case !d.isDir():
 		return 0, status(syscall.ENOTDIR)
-	case !permits(&d.rec, c, wire.AccessExec):
+	case !d.permits(c, wire.AccessExec):
 		return 0, status(syscall.EACCES)
 	}
 	e := d.dir.get(name)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -215,10 +216,10 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 		return t.failed(peerStatus(st)), false
 	}
 	sp, dp, sa := got[0], got[dstIdx], got[srcIdx]
-	spAttr, dpAttr := &sp.Attr, &dp.Attr
+	dpAttr := &dp.Attr
 	c := &t.cred
 	// Path walk: search permission on both directories.
-	if !permitsAttr(spAttr, c, wire.AccessExec) || !permitsAttr(dpAttr, c, wire.AccessExec) {
+	if !permitsLocked(&sp, c, wire.AccessExec) || !permitsLocked(&dp, c, wire.AccessExec) {
 		return t.failed(status(syscall.EACCES)), false
 	}
 	switch {
@@ -272,11 +273,11 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 		return t.failed(wire.StatusOK), false
 	}
 	// may_delete(source), then may_delete(target) or may_create.
-	if e := mayDelete(spAttr, sa.Attr.UID, c); e != 0 {
+	if e := mayDelete(&sp, sa.Attr.UID, c); e != 0 {
 		return t.failed(status(e)), false
 	}
 	if tIno != 0 {
-		if e := mayDelete(dpAttr, ta.Attr.UID, c); e != 0 {
+		if e := mayDelete(&dp, ta.Attr.UID, c); e != 0 {
 			return t.failed(status(e)), false
 		}
 		if !exchange {
@@ -287,15 +288,15 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 				return t.failed(status(syscall.EISDIR)), false
 			}
 		}
-	} else if !permitsAttr(dpAttr, c, wire.AccessWrite) {
+	} else if !permitsLocked(&dp, c, wire.AccessWrite) {
 		return t.failed(status(syscall.EACCES)), false
 	}
 	// A directory moving to another parent rewrites its "..".
 	if !sameDir {
-		if sIsDir && !permitsAttr(&sa.Attr, c, wire.AccessWrite) {
+		if sIsDir && !permitsLocked(&sa, c, wire.AccessWrite) {
 			return t.failed(status(syscall.EACCES)), false
 		}
-		if exchange && tIsDir && !permitsAttr(&ta.Attr, c, wire.AccessWrite) {
+		if exchange && tIsDir && !permitsLocked(&ta, c, wire.AccessWrite) {
 			return t.failed(status(syscall.EACCES)), false
 		}
 	}
@@ -373,18 +374,24 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 	return cp.finishDecision(dec), false
 }
 
-// permitsAttr is permits on an Attr.
-func permitsAttr(a *wire.Attr, c *wire.Cred, mask uint32) bool {
-	r := wire.InodeRecord{Mode: a.Mode, UID: a.UID, GID: a.GID}
-	return permits(&r, c, mask)
+// permitsLocked is permits on what a lock collected: the attributes
+// and the access ACL. (An ACL that does not decode counts as none.)
+func permitsLocked(x *wire.LockResult, c *wire.Cred, mask uint32) bool {
+	r := wire.InodeRecord{Mode: x.Attr.Mode, UID: x.Attr.UID, GID: x.Attr.GID}
+	var a acl.ACL
+	if len(x.ACL) > 0 {
+		a, _ = acl.Decode(x.ACL)
+	}
+	return permits(&r, a, c, mask)
 }
 
-// mayDelete is Linux's may_delete on a directory's attributes: write and
-// search permission, then the sticky bit.
-func mayDelete(dir *wire.Attr, victimUID uint32, c *wire.Cred) syscall.Errno {
-	if !permitsAttr(dir, c, wire.AccessWrite|wire.AccessExec) {
+// mayDelete is Linux's may_delete on what a lock collected of a
+// directory: write and search permission, then the sticky bit.
+func mayDelete(x *wire.LockResult, victimUID uint32, c *wire.Cred) syscall.Errno {
+	if !permitsLocked(x, c, wire.AccessWrite|wire.AccessExec) {
 		return syscall.EACCES
 	}
+	dir := &x.Attr
 	r := wire.InodeRecord{Mode: dir.Mode, UID: dir.UID}
 	if stickyBlocks(&r, victimUID, c) {
 		return syscall.EPERM
@@ -562,7 +569,7 @@ func (p *partition) lockEntry(txn wire.TxnID, dir uint64, name string) (wire.Loc
 	case d.dead():
 		return wire.LockResult{}, status(syscall.ENOENT)
 	}
-	res := wire.LockResult{Attr: d.attr(), Parent: d.rec.Parent}
+	res := wire.LockResult{Attr: d.attr(), Parent: d.rec.Parent, ACL: d.xattrs[acl.XattrAccess]}
 	if e := d.dir.get(name); e != nil {
 		res.Ino, res.Type = e.ino, e.typ
 	}
@@ -584,7 +591,7 @@ func (p *partition) lockInode(txn wire.TxnID, ino uint64) (wire.LockResult, wire
 			}
 		}
 	}
-	res := wire.LockResult{Attr: n.attr(), Parent: n.rec.Parent}
+	res := wire.LockResult{Attr: n.attr(), Parent: n.rec.Parent, ACL: n.xattrs[acl.XattrAccess]}
 	if n.isDir() {
 		res.Empty = n.dir.len() == 0
 	}

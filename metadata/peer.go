@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -73,7 +74,8 @@ func (s *Service) entryAdd(ctx context.Context, r *request, q *wire.EntryAddRequ
 	now := wire.TimespecOf(s.now())
 	recs := addEntryRecords(d, q.Name, q.Ino, q.Type, now)
 	rep := &wire.EntryAddReply{DirMode: d.rec.Mode, DirUID: d.rec.UID, DirGID: d.rec.GID,
-		Cookie: recs[0].(*wire.EntryAddRecord).Cookie, Dir: attrOf(recs[1].(*wire.InodeRecord))}
+		Cookie: recs[0].(*wire.EntryAddRecord).Cookie, Dir: attrOf(recs[1].(*wire.InodeRecord)),
+		DirDefaultACL: d.xattrs[acl.XattrDefault]}
 	res := ok(rep)
 	recs = append(recs, &wire.TxResultRecord{Txn: q.Txn, Status: wire.StatusOK, Reply: res.bytes()})
 	if err := p.commit(recs...); err != nil {
@@ -93,7 +95,7 @@ func (p *partition) removeEntryChecks(d *inode, name string, ino uint64, victimU
 		return wire.StatusLocked, 0
 	case !d.isDir():
 		return status(syscall.ENOTDIR), 0
-	case !permits(&d.rec, c, wire.AccessExec):
+	case !d.permits(c, wire.AccessExec):
 		return status(syscall.EACCES), 0
 	}
 	e := d.dir.get(name)
@@ -104,7 +106,7 @@ func (p *partition) removeEntryChecks(d *inode, name string, ino uint64, victimU
 		return wire.StatusRedirect, e.ino
 	case p.entryLocked(d.rec.Ino, name, wire.TxnID{}):
 		return wire.StatusLocked, 0
-	case !permits(&d.rec, c, wire.AccessWrite):
+	case !d.permits(c, wire.AccessWrite):
 		return status(syscall.EACCES), 0
 	case stickyBlocks(&d.rec, victimUID, c):
 		return status(syscall.EPERM), 0

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -11,9 +12,12 @@ import (
 // The caller's credentials come with every request; root (uid 0) has
 // CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN and CAP_FSETID.
 
-// permits reports whether cred may access n with mask (wire.AccessRead,
-// AccessWrite, AccessExec bits).
-func permits(r *wire.InodeRecord, c *wire.Cred, mask uint32) bool {
+// permits reports whether cred may access an inode of record r and
+// access ACL a (nil: none) with mask (wire.AccessRead, AccessWrite,
+// AccessExec bits): generic_permission. The owner goes by the mode's
+// owner bits; anyone else by the ACL when there is one and the mode's
+// group class is not empty, else by the group or other bits.
+func permits(r *wire.InodeRecord, a acl.ACL, c *wire.Cred, mask uint32) bool {
 	if mask == 0 {
 		return true
 	}
@@ -29,12 +33,19 @@ func permits(r *wire.InodeRecord, c *wire.Cred, mask uint32) bool {
 	switch {
 	case c.UID == r.UID:
 		bits = r.Mode >> 6 & 7
+	case a != nil && r.Mode&0o070 != 0:
+		return a.Permits(c.UID, c.InGroup, r.GID, uint16(mask))
 	case c.InGroup(r.GID):
 		bits = r.Mode >> 3 & 7
 	default:
 		bits = r.Mode & 7
 	}
 	return bits&mask == mask
+}
+
+// permits is permits on n's record and access ACL.
+func (n *inode) permits(c *wire.Cred, mask uint32) bool {
+	return permits(&n.rec, n.accessACL(), c, mask)
 }
 
 // ownerOrRoot is inode_owner_or_capable.

@@ -103,9 +103,15 @@ func (c *Client) Create(ctx context.Context, cred wire.Cred, parent uint64, name
 // it ends with its last open unless Link names it first (not with
 // O_EXCL). One request, to parent's owner.
 func (c *Client) Tmpfile(ctx context.Context, cred wire.Cred, parent uint64, mode, flags uint32) (wire.Attr, error) {
+	return c.TmpfileMasked(ctx, cred, parent, mode, 0, flags)
+}
+
+// TmpfileMasked is Tmpfile with the caller's umask for the owner to
+// apply (or the directory's default ACL; see wire.MakeRequest).
+func (c *Client) TmpfileMasked(ctx context.Context, cred wire.Cred, parent uint64, mode, umask, flags uint32) (wire.Attr, error) {
 	var r wire.AttrReply
 	err := c.call(ctx, wire.OpTmpfile, cred, partitionOf(parent),
-		&wire.MakeRequest{Parent: parent, Mode: wire.ModeRegular | mode&wire.ModePerm, Open: true, OpenFlags: flags}, &r, nil)
+		&wire.MakeRequest{Parent: parent, Mode: wire.ModeRegular | mode&wire.ModePerm, Open: true, OpenFlags: flags, Umask: umask}, &r, nil)
 	return r.Attr, err
 }
 

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/octofs/octofs/internal/codec"
@@ -467,8 +468,11 @@ func (r *SetAttrRequest) decode(d *codec.Decoder) {
 // MakeRequest creates Name in Parent: OpCreate (a regular file, fifo,
 // socket or device by Mode's type, Rdev for devices), OpMkdir, OpSymlink
 // (Target). It goes to the owner of the new inode's partition,
-// PartitionForName(Parent, Name). Mode is final (the client applied the
-// umask). With Open set (OpCreate), the new file is also registered as
+// PartitionForName(Parent, Name). Mode is final unless Umask (an
+// optional trailing field) is set: then the owner applies it, unless the
+// directory has a default ACL, whose rules apply instead (the FUSE mount
+// passes the caller's umask so, as Linux file systems with POSIX ACLs
+// do). With Open set (OpCreate), the new file is also registered as
 // open by the caller with OpenFlags, so that a creator may write a file
 // whose mode forbids it, as open(2) with O_CREAT allows. An existing name
 // is EEXIST whatever the flags; the client opens the existing file when
@@ -481,6 +485,7 @@ type MakeRequest struct {
 	Target    string
 	Open      bool
 	OpenFlags uint32
+	Umask     uint32
 }
 
 func (r *MakeRequest) encode(e *codec.Encoder) {
@@ -491,6 +496,7 @@ func (r *MakeRequest) encode(e *codec.Encoder) {
 	e.String16(r.Target)
 	e.Bool(r.Open)
 	e.U32(r.OpenFlags)
+	putOptional32(e, r.Umask&0o777)
 }
 
 func (r *MakeRequest) decode(d *codec.Decoder) {
@@ -501,6 +507,10 @@ func (r *MakeRequest) decode(d *codec.Decoder) {
 	r.Target = d.String16(decodeMaxValue)
 	r.Open = d.Bool()
 	r.OpenFlags = d.U32()
+	r.Umask = optional32(d, "umask")
+	if r.Umask&^0o777 != 0 {
+		d.Fail("umask %#o", r.Umask)
+	}
 }
 
 // LinkRequest makes NewName in NewParent a hard link to Ino; it goes to
@@ -1023,6 +1033,10 @@ type EntryAddReply struct {
 	// Dir is the directory as the entry left it (zero for
 	// EntryAddCheckName), for the creator's MakeReply.
 	Dir Attr
+	// DirDefaultACL is the directory's default ACL xattr (an optional
+	// trailing field, empty when it has none): what the new inode
+	// inherits.
+	DirDefaultACL []byte
 }
 
 func (r *EntryAddReply) encode(e *codec.Encoder) {
@@ -1031,6 +1045,9 @@ func (r *EntryAddReply) encode(e *codec.Encoder) {
 	e.U32(r.DirGID)
 	e.U64(r.Cookie)
 	r.Dir.encode(e)
+	if len(r.DirDefaultACL) > 0 {
+		e.Bytes32(r.DirDefaultACL)
+	}
 }
 
 func (r *EntryAddReply) decode(d *codec.Decoder) {
@@ -1039,6 +1056,13 @@ func (r *EntryAddReply) decode(d *codec.Decoder) {
 	r.DirGID = d.U32()
 	r.Cookie = d.U64()
 	r.Dir.decode(d)
+	if d.Err() == nil && d.Remaining() > 0 {
+		v := d.Bytes32(MaxXattrValueLen)
+		if d.Err() == nil && len(v) == 0 {
+			d.Fail("default ACL present as empty")
+		}
+		r.DirDefaultACL = bytes.Clone(v)
+	}
 }
 
 // EntryRemoveRequest removes Name from Dir if it names Ino, for the
@@ -1124,6 +1148,9 @@ type LockResult struct {
 	Attr   Attr
 	Empty  bool
 	Parent uint64
+	// ACL is the locked inode's (or directory's) access ACL xattr, for
+	// the coordinator's permission checks; empty when it has none.
+	ACL []byte
 }
 
 func (x *LockResult) encode(e *codec.Encoder) {
@@ -1132,6 +1159,7 @@ func (x *LockResult) encode(e *codec.Encoder) {
 	x.Attr.encode(e)
 	e.Bool(x.Empty)
 	e.U64(x.Parent)
+	e.Bytes32(x.ACL)
 }
 
 func (x *LockResult) decode(d *codec.Decoder) {
@@ -1140,6 +1168,9 @@ func (x *LockResult) decode(d *codec.Decoder) {
 	x.Attr.decode(d)
 	x.Empty = d.Bool()
 	x.Parent = d.U64()
+	if v := d.Bytes32(MaxXattrValueLen); len(v) > 0 {
+		x.ACL = bytes.Clone(v)
+	}
 }
 
 const maxLockItems = 16

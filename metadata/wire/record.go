@@ -401,6 +401,9 @@ type IntentRecord struct {
 	Seq         uint64
 	ReqOp       Op
 	Cred        Cred
+	// Umask is a creation's umask (an optional trailing field), applied
+	// when the directory's owner says it has no default ACL.
+	Umask uint32
 }
 
 // Kind implements Record.
@@ -419,6 +422,7 @@ func (r *IntentRecord) encode(e *codec.Encoder) {
 	e.U64(r.Seq)
 	e.U16(uint16(r.ReqOp))
 	r.Cred.encode(e)
+	putOptional32(e, r.Umask&0o777)
 }
 
 func (r *IntentRecord) decode(d *codec.Decoder) {
@@ -434,6 +438,10 @@ func (r *IntentRecord) decode(d *codec.Decoder) {
 	r.Seq = d.U64()
 	r.ReqOp = Op(d.U16())
 	r.Cred.decode(d)
+	r.Umask = optional32(d, "umask")
+	if d.Err() == nil && r.Umask&^0o777 != 0 {
+		d.Fail("umask %#o", r.Umask)
+	}
 	if d.Err() == nil && (r.Op < IntentCreate || r.Op > IntentTruncate) {
 		d.Fail("intent op %d", r.Op)
 	}
