@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/octofs/octofs/cluster"
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -26,8 +27,9 @@ import (
 // owner/group/other permissions, xattrs, advisory locks with byte ranges,
 // open files surviving unlink) but not every corner the real namespace
 // service implements (no sticky or setgid directories, no
-// RENAME_EXCHANGE, no directory loop check). Test those against a real
-// cluster (node/nodetest).
+// RENAME_EXCHANGE, no directory loop check, POSIX ACLs only to the
+// point of an access ACL setting the permission bits). Test those
+// against a real cluster (node/nodetest).
 type Memory struct {
 	ns   *memNS
 	data *memData
@@ -345,7 +347,7 @@ func (f *memNS) Create(ctx context.Context, cred Cred, parent uint64, name strin
 		return Attr{}, nil, err
 	}
 	defer f.mu.Unlock()
-	n, err := f.add(cred, parent, name, mode, 0, "")
+	n, err := f.add(cred, parent, name, mode&^(cred.Umask&0o777), 0, "")
 	if err != nil {
 		return Attr{}, nil, err
 	}
@@ -373,7 +375,7 @@ func (f *memNS) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint
 	t := f.now()
 	ino := cluster.InodeNumber(cluster.PartitionOf(parent), f.next)
 	f.next++
-	n := &memNode{attr: Attr{Ino: ino, Gen: 1, Mode: syscall.S_IFREG | mode&modePerm, UID: cred.UID, GID: cred.GID,
+	n := &memNode{attr: Attr{Ino: ino, Gen: 1, Mode: syscall.S_IFREG | mode&modePerm&^(cred.Umask&0o777), UID: cred.UID, GID: cred.GID,
 		Atime: t, Mtime: t, Ctime: t, Btime: t}, opens: 1, linkable: flags&syscall.O_EXCL == 0}
 	f.nodes[ino] = n
 	return n.attr, nil
@@ -384,6 +386,9 @@ func (f *memNS) Make(ctx context.Context, cred Cred, parent uint64, name string,
 		return Attr{}, nil, err
 	}
 	defer f.mu.Unlock()
+	if mode&modeType != syscall.S_IFLNK {
+		mode &^= cred.Umask & 0o777
+	}
 	n, err := f.add(cred, parent, name, mode, rdev, target)
 	if err != nil {
 		return Attr{}, nil, err
@@ -659,6 +664,25 @@ func (f *memNS) SetXattr(ctx context.Context, cred Cred, ino uint64, name string
 	n, err := f.node(ino)
 	if err != nil {
 		return err
+	}
+	if name == acl.XattrAccess {
+		// Only the part of the ACL rules that keeps modes right for
+		// programs that copy permissions as ACLs (cp -a): the ACL sets
+		// the permission bits, and one they can say is not kept.
+		// Named entries are kept but not enforced.
+		a, err := acl.Decode(value)
+		if err != nil {
+			return syscall.EINVAL
+		}
+		if a != nil {
+			perm, equiv := a.EquivMode()
+			n.attr.Mode = n.attr.Mode&^0o777 | perm
+			n.attr.Ctime = f.now()
+			if equiv {
+				delete(n.xattrs, name)
+				return nil
+			}
+		}
 	}
 	_, exists := n.xattrs[name]
 	switch {

@@ -14,6 +14,11 @@ type Cred struct {
 	GID uint32
 	// Groups are the supplementary groups.
 	Groups []uint32
+	// Umask, when set, is the caller's file creation mask, for the
+	// owner of a new inode to apply unless the directory has a default
+	// ACL (which then rules instead, as on Linux file systems with POSIX
+	// ACLs). Zero: the mode a creation passes is final.
+	Umask uint32
 }
 
 // RootCred is uid 0, gid 0: the superuser.

@@ -37,6 +37,13 @@ type Options struct {
 	// it is for testing the cluster's checks; see "Permissions" in the
 	// package doc.
 	ServerPermissions bool
+	// NoACL turns POSIX ACLs off: the kernel neither enforces nor
+	// caches them and setfacl fails with EOPNOTSUPP. By default the
+	// kernel enforces them (FUSE_POSIX_ACL, which needs
+	// default_permissions: ServerPermissions mounts pass the ACL xattrs
+	// through and leave the checks to the cluster, which applies ACLs
+	// either way).
+	NoACL bool
 	// MaxWrite is the largest write (and read) the kernel sends (default
 	// and most 1 MiB). MaxReadAhead is the kernel's read-ahead (default
 	// 4 MiB: four MaxWrite READs in flight for a sequential reader); the
@@ -196,20 +203,26 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 		ExternalNodeID:  true,
 		RootStableAttr:  &fs.StableAttr{Ino: cluster.RootInode, Gen: 0},
 		MountOptions: fuse.MountOptions{
-			AllowOther:           *o.AllowOther,
-			FsName:               o.FSName,
-			Name:                 "octofs",
-			MaxWrite:             o.MaxWrite,
-			MaxReadAhead:         o.MaxReadAhead,
-			EnableLocks:          true,
-			IgnoreSecurityLabels: true,
-			DirectMount:          os.Geteuid() == 0,
-			Debug:                o.Debug,
+			AllowOther:   *o.AllowOther,
+			FsName:       o.FSName,
+			Name:         "octofs",
+			MaxWrite:     o.MaxWrite,
+			MaxReadAhead: o.MaxReadAhead,
+			EnableLocks:  true,
+			DirectMount:  os.Geteuid() == 0,
+			Debug:        o.Debug,
 			// Request traces with microseconds, to read latencies off.
 			Logger:            log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds),
 			MaxBackground:     o.MaxBackground,
 			ExtraCapabilities: extraCapabilities,
 		},
+	}
+	if !o.NoACL && !o.ServerPermissions {
+		// The kernel enforces and caches ACLs, and leaves the umask
+		// to the file system (DONT_MASK): a directory's default ACL
+		// replaces it (rawFS.Create passes it on).
+		fo.MountOptions.EnableAcl = true
+		fo.MountOptions.ExtraCapabilities |= fuse.CAP_DONT_MASK
 	}
 	if !o.ServerPermissions {
 		fo.MountOptions.Options = append(fo.MountOptions.Options, "default_permissions")
@@ -241,6 +254,7 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fuse: mount %s: %w", dir, err)
 	}
+	raw.srv = srv
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
@@ -263,6 +277,70 @@ func (s *Server) Dir() string { return s.dir }
 type rawFS struct {
 	fuse.RawFileSystem
 	fsys *FS
+	srv  *fuse.Server // set before it serves
+}
+
+// umaskFlag marks a mode that carries the caller's umask in bits 16 to
+// 24 (withUmask): with DONT_MASK the kernel leaves the umask to the
+// file system, and go-fuse's node API passes a creation's mode alone.
+const umaskFlag = 1 << 31
+
+func withUmask(mode, umask uint32) uint32 {
+	return mode&0xffff | (umask&0o777)<<16 | umaskFlag
+}
+
+// splitUmask undoes withUmask: the mode and the umask to apply (0 when
+// the kernel applied it).
+func splitUmask(mode uint32) (m, umask uint32) {
+	if mode&umaskFlag == 0 {
+		return mode, 0
+	}
+	return mode & 0xffff, mode >> 16 & 0o777
+}
+
+// dontMask reports whether the kernel leaves the umask to the mount.
+func (r *rawFS) dontMask() bool {
+	return r.srv != nil && r.srv.KernelSettings().Flags64()&fuse.CAP_DONT_MASK != 0 &&
+		r.srv.KernelSettings().Flags64()&fuse.CAP_POSIX_ACL != 0
+}
+
+// GetXAttr answers security.capability with "none" without asking the
+// cluster: the kernel asks for it before every write by a process
+// without CAP_FSETID, and file capabilities are not kept (go-fuse's
+// IgnoreSecurityLabels does the same, but also hides POSIX ACLs).
+func (r *rawFS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, dest []byte) (uint32, fuse.Status) {
+	if attr == "security.capability" {
+		return 0, fuse.ENOATTR
+	}
+	return r.RawFileSystem.GetXAttr(cancel, h, attr, dest)
+}
+
+func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	if r.dontMask() {
+		in.Mode = withUmask(in.Mode, in.Umask)
+	}
+	return r.RawFileSystem.Create(cancel, in, name, out)
+}
+
+func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
+	if r.dontMask() {
+		in.Mode = withUmask(in.Mode, in.Umask)
+	}
+	return r.RawFileSystem.Tmpfile(cancel, in, out)
+}
+
+func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	if r.dontMask() {
+		in.Mode = withUmask(in.Mode, in.Umask)
+	}
+	return r.RawFileSystem.Mkdir(cancel, in, name, out)
+}
+
+func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	if r.dontMask() {
+		in.Mode = withUmask(in.Mode, in.Umask)
+	}
+	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 
 // OnUnmount frees the read buffers once the last request is answered.

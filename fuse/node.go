@@ -110,6 +110,16 @@ func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
 func (n *node) cred(ctx context.Context) client.Cred { return n.fsys.creds.cred(ctx) }
 
+// credMasked is the caller's credentials for a creation of mode, with
+// the umask the kernel left to the mount (rawFS.Create), and the mode
+// without it.
+func (n *node) credMasked(ctx context.Context, mode uint32) (uint32, client.Cred) {
+	mode, umask := splitUmask(mode)
+	c := n.cred(ctx)
+	c.Umask = umask
+	return mode, c
+}
+
 func (n *node) fail(op string, err error) syscall.Errno { return errno(n.fsys.log, op, err) }
 
 // failIno is fail for an operation that names the inode by number: the
@@ -316,10 +326,11 @@ func fuseOpenFlags(flags uint32) uint32 {
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ctx = detach(ctx)
+	mode, cred := n.credMasked(ctx, mode)
 	if mode&syscall.S_IFMT == 0 {
 		mode |= syscall.S_IFREG
 	}
-	a, f, err := n.fsys.c.Create(ctx, n.cred(ctx), n.ino(), name, mode, int(flags))
+	a, f, err := n.fsys.c.Create(ctx, cred, n.ino(), name, mode, int(flags))
 	if err != nil {
 		return nil, nil, 0, n.fail("create", err)
 	}
@@ -331,7 +342,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // linkat(2) of the descriptor may name later (not with O_EXCL).
 func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ctx = detach(ctx)
-	a, f, err := n.fsys.c.Tmpfile(ctx, n.cred(ctx), n.ino(), mode, int(flags)&^syscall.O_NOCTTY)
+	mode, cred := n.credMasked(ctx, mode)
+	a, f, err := n.fsys.c.Tmpfile(ctx, cred, n.ino(), mode, int(flags)&^syscall.O_NOCTTY)
 	if err != nil {
 		return nil, nil, 0, n.fail("tmpfile", err)
 	}
@@ -341,7 +353,8 @@ func (n *node) Tmpfile(ctx context.Context, flags uint32, mode uint32, out *fuse
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx = detach(ctx)
-	a, err := n.fsys.c.Mknod(ctx, n.cred(ctx), n.ino(), name, mode, uint64(dev))
+	mode, cred := n.credMasked(ctx, mode)
+	a, err := n.fsys.c.Mknod(ctx, cred, n.ino(), name, mode, uint64(dev))
 	if err != nil {
 		return nil, n.fail("mknod", err)
 	}
@@ -350,7 +363,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx = detach(ctx)
-	a, err := n.fsys.c.Mkdir(ctx, n.cred(ctx), n.ino(), name, mode&0o7777)
+	mode, cred := n.credMasked(ctx, mode)
+	a, err := n.fsys.c.Mkdir(ctx, cred, n.ino(), name, mode&0o7777)
 	if err != nil {
 		return nil, n.fail("mkdir", err)
 	}
@@ -500,14 +514,17 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	return n.failIno("access", n.fsys.c.Access(ctx, n.cred(ctx), n.ino(), mask))
 }
 
-// aclXattr reports whether name is a POSIX ACL. The mount does not
-// enforce ACLs, so it does not store them either: a stored ACL that
-// nothing enforces would mislead (cp -a and tar carry on without them).
-func aclXattr(name string) bool { return strings.HasPrefix(name, "system.posix_acl_") }
+// noACL reports whether name is a POSIX ACL on a mount with ACLs off
+// (Options.NoACL): it neither stores nor answers them, since a stored
+// ACL that nothing enforces would mislead (cp -a and tar carry on
+// without them).
+func (n *node) noACL(name string) bool {
+	return n.fsys.o.NoACL && strings.HasPrefix(name, "system.posix_acl_")
+}
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	ctx = detach(ctx)
-	if aclXattr(attr) {
+	if n.noACL(attr) {
 		return 0, syscall.ENODATA
 	}
 	v, err := n.fsys.c.GetXattr(ctx, n.cred(ctx), n.ino(), attr)
@@ -522,7 +539,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	ctx = detach(ctx)
-	if aclXattr(attr) {
+	if n.noACL(attr) {
 		return syscall.EOPNOTSUPP
 	}
 	return n.fail("setxattr", n.fsys.c.SetXattr(ctx, n.cred(ctx), n.ino(), attr, data, int(flags)))
@@ -552,7 +569,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	ctx = detach(ctx)
-	if aclXattr(attr) {
+	if n.noACL(attr) {
 		return syscall.ENODATA
 	}
 	return n.fail("removexattr", n.fsys.c.RemoveXattr(ctx, n.cred(ctx), n.ino(), attr))

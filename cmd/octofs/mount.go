@@ -37,6 +37,7 @@ type mountOptions struct {
 	attrTimeout    time.Duration
 	negTimeout     time.Duration
 	noCache        bool
+	noACL          bool
 	serverPerms    bool
 	maxWrite       int
 	writeBehind    int
@@ -113,6 +114,7 @@ option).`,
 	f.DurationVar(&o.attrTimeout, "attr-timeout", fuse.DefaultTimeout, "how long the kernel trusts an inode's attributes")
 	f.DurationVar(&o.negTimeout, "negative-timeout", 0, "how long the kernel remembers that a name does not exist")
 	f.BoolVar(&o.noCache, "no-cache", false, "ask the cluster for every lookup and getattr (sees other mounts' changes at once)")
+	f.BoolVar(&o.noACL, "no-acl", false, "turn POSIX ACLs off (setfacl fails with EOPNOTSUPP; by default the kernel enforces them and the cluster keeps them)")
 	f.BoolVar(&o.serverPerms, "server-permissions", false, "leave every permission check to the cluster, none to the kernel (implies --no-cache; for testing the cluster)")
 	f.IntVar(&o.maxWrite, "max-write", fuse.DefaultMaxWrite, "largest read or write request the kernel sends, in bytes (at most 1 MiB)")
 	f.IntVar(&o.writeBehind, "write-behind", fuse.DefaultMaxWrite, "bytes of small sequential writes to a file collected before they go to the cluster as one write (0: none); other mounts see them at close or fsync either way")
@@ -204,7 +206,7 @@ func runMount(ctx context.Context, o *mountOptions, dir string, stderr io.Writer
 	}
 	srv, err := fuse.Mount(dir, c, fuse.Options{
 		EntryTimeout: o.entryTimeout, AttrTimeout: o.attrTimeout, NegativeTimeout: o.negTimeout,
-		NoCache: o.noCache, ServerPermissions: o.serverPerms, AllowOther: allow, Debug: o.debug, Logger: log,
+		NoCache: o.noCache, ServerPermissions: o.serverPerms, NoACL: o.noACL, AllowOther: allow, Debug: o.debug, Logger: log,
 		MaxWrite: o.maxWrite, MaxReadAhead: o.readAhead, MaxBackground: o.background,
 		WriteBehind: cmp.Or(o.writeBehind, -1),
 		ReadOnly:    o.readOnly, NoAtime: o.noAtime, NoExec: o.noExec, FSName: o.fsName,

@@ -22,7 +22,7 @@ func All() []Case {
 		chmodCases(), chownCases(), truncateCases(), linkCases(), mkdirCases(), mkfifoCases(), mknodCases(),
 		openCases(), renameCases(), rmdirCases(), symlinkCases(), unlinkCases(), utimensatCases(),
 		xattrCases(), readdirCases(), timesCases(), writeCases(), setgidCases(), stickyCases(), namesCases(),
-		stormCases(), accessCases(),
+		stormCases(), accessCases(), aclCases(),
 	} {
 		all = append(all, area...)
 	}

@@ -343,7 +343,7 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 		"access": 2, "stat": 1, "lstat": 1, "sametimes": 1, "snap": 1, "times": 1, "atime": 1,
 		"write": 2, "append": 2, "pwrite": 3, "read": 1, "readat": 3, "fill": 3, "sum": 1,
 		"setxattr": 3, "lsetxattr": 3, "getxattr": 2, "lgetxattr": 2, "listxattr": 1, "llistxattr": 1,
-		"removexattr": 2, "lremovexattr": 2,
+		"removexattr": 2, "lremovexattr": 2, "setacl": 3, "getacl": 2,
 		"ls": 1, "lstypes": 1, "count": 1, "many": 2, "sameino": 2, "seekdir": 2, "storm": 3, "churn": 2,
 		"mkpath": 1, "umask": 1, "statfs": 1,
 		"fopen": 3, "fclose": 1, "fwrite": 2, "fpwrite": 3, "fread": 2, "fpread": 3, "ftruncate": 2,
@@ -633,6 +633,27 @@ func (x *executor) op(op string, a []string, u User) (string, error) {
 			list = unix.Llistxattr
 		}
 		return getSized(append([]string{a[0], ""}, a[1:]...), func(buf []byte) (int, error) { return list(a[0], buf) }, xattrNames)
+	case "setacl": // path access|default u::rw-,u:65534:r--,g::r--,m::r--,o::--- (or "-": empty)
+		name, err := aclXattr(a[1])
+		if err != nil {
+			return "", err
+		}
+		v, err := parseACL(a[2])
+		if err != nil {
+			return "", err
+		}
+		return "", unix.Setxattr(a[0], name, v, 0)
+	case "getacl": // path access|default: the ACL as setacl takes it
+		name, err := aclXattr(a[1])
+		if err != nil {
+			return "", err
+		}
+		buf := make([]byte, 4096)
+		n, e := unix.Getxattr(a[0], name, buf)
+		if e != nil {
+			return "", e
+		}
+		return formatACL(buf[:n])
 	case "removexattr":
 		return "", unix.Removexattr(a[0], a[1])
 	case "lremovexattr":

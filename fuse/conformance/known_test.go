@@ -21,6 +21,7 @@ const (
 	memSetgid   = "client.Memory has no setgid directories"
 	memExchange = "client.Memory has no RENAME_EXCHANGE"
 	memXattr    = "client.Memory keeps any xattr name, with no namespaces"
+	memACL      = "client.Memory keeps POSIX ACLs only to the point of an access ACL setting the mode: no checks, chmod or inheritance rules"
 )
 
 func join(reasons ...string) string {
@@ -33,6 +34,15 @@ func join(reasons ...string) string {
 
 // memoryKnown are client.Memory's differences.
 var memoryKnown = map[string]string{
+	"acl/a named group and its members":                             memACL,
+	"acl/a named user reads through the ACL":                        memACL,
+	"acl/an inherited ACL grants access":                            memACL,
+	"acl/chmod rewrites the mask, not the named entries":            memACL,
+	"acl/new inodes inherit the default ACL, not the umask":         memACL,
+	"acl/only the owner sets an ACL":                                memACL,
+	"acl/setting one outside the group clears setgid":               memACL,
+	"acl/renames between directories the ACL opens":                 memACL,
+	"acl/the mask limits named entries":                             memACL,
 	"chown/-1 -1 by someone else":                                   d1,
 	"chown/-1 -1 by the owner":                                      join(d1, memTimes, memKillPriv),
 	"chown/-1 -1 of a plain file":                                   join(d1, memTimes),
