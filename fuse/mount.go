@@ -158,6 +158,7 @@ type FS struct {
 	o     Options
 	log   *slog.Logger
 	creds *credCache
+	acls  *aclCache
 	reads *readBuffers
 
 	// handles tracks the open files of each inode that took POSIX locks,
@@ -170,6 +171,16 @@ type FS struct {
 	statfsMu sync.Mutex
 	statfs   client.StatFS
 	statfsAt time.Time
+}
+
+// aclTTL is how long the mount keeps the cluster's answers about ACLs:
+// the attribute timeout, none with NoCache or ServerPermissions (whose
+// kernel does not check ACLs).
+func aclTTL(o Options) time.Duration {
+	if o.NoCache || o.ServerPermissions {
+		return 0
+	}
+	return o.AttrTimeout
 }
 
 // Server is a live mount.
@@ -191,6 +202,7 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 	c.SetWriteBehind(o.WriteBehind)
 	c.SetNoAtime(o.NoAtime)
 	fsys := &FS{c: c, o: o, log: o.Logger, creds: newCredCache("/proc", o.CredTTL, time.Now),
+		acls:    newACLCache(aclTTL(o), time.Now),
 		reads:   newReadBuffers(clientBuffers(c), o.MaxWrite, readBuffersKept),
 		lockers: make(map[uint64]map[*handle]struct{})}
 	root := &node{fsys: fsys}

@@ -246,6 +246,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if v&fuse.FATTR_MODE != 0 {
 		s.Valid |= client.SetMode
 		s.Mode = in.Mode & 0o7777
+		defer n.fsys.acls.drop(n.ino()) // the cluster rewrites the ACL's mask
 	}
 	if v&fuse.FATTR_UID != 0 {
 		s.Valid |= client.SetUID
@@ -527,9 +528,26 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if n.noACL(attr) {
 		return 0, syscall.ENODATA
 	}
-	v, err := n.fsys.c.GetXattr(ctx, n.cred(ctx), n.ino(), attr)
-	if err != nil {
-		return 0, n.fail("getxattr", err)
+	var v []byte
+	if a, ok := n.cachedACL(attr); ok {
+		if a.errno != 0 {
+			return 0, a.errno
+		}
+		v = a.value
+	} else {
+		start := time.Now()
+		var err error
+		v, err = n.fsys.c.GetXattr(ctx, n.cred(ctx), n.ino(), attr)
+		if err != nil {
+			e := n.fail("getxattr", err)
+			if isACLXattr(attr) {
+				n.fsys.acls.put(n.ino(), attr, nil, e, start)
+			}
+			return 0, e
+		}
+		if isACLXattr(attr) {
+			n.fsys.acls.put(n.ino(), attr, v, 0, start)
+		}
 	}
 	if len(dest) < len(v) {
 		return uint32(len(v)), syscall.ERANGE
@@ -537,11 +555,21 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, v)), 0
 }
 
+// cachedACL is the mount's fresh answer about ACL xattr name, if it is
+// one and there is one (aclCache).
+func (n *node) cachedACL(name string) (aclAnswer, bool) {
+	if !isACLXattr(name) {
+		return aclAnswer{}, false
+	}
+	return n.fsys.acls.get(n.ino(), name)
+}
+
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	ctx = detach(ctx)
 	if n.noACL(attr) {
 		return syscall.EOPNOTSUPP
 	}
+	defer n.fsys.acls.drop(n.ino())
 	return n.fail("setxattr", n.fsys.c.SetXattr(ctx, n.cred(ctx), n.ino(), attr, data, int(flags)))
 }
 
@@ -572,5 +600,6 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if n.noACL(attr) {
 		return syscall.ENODATA
 	}
+	defer n.fsys.acls.drop(n.ino())
 	return n.fail("removexattr", n.fsys.c.RemoveXattr(ctx, n.cred(ctx), n.ino(), attr))
 }
