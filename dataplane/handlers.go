@@ -202,9 +202,6 @@ func (s *Service) serveChunk(ctx context.Context, req *wire.Request) (wire.Reply
 	if err != nil {
 		return wire.Reply{}, err
 	}
-	if m := p.chunks[chunkKey{req.Ino, req.Chunk}]; m != nil {
-		m.handed = s.cfg.Now()
-	}
 	return wire.Reply{Lease: s.cfg.Lease, Extents: exts}, nil
 }
 

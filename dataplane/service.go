@@ -916,9 +916,10 @@ func (s *Service) unmapVolatile(p *partition, key chunkKey, runs []run) {
 	}
 }
 
-// extents builds a chunk's extents for data session sid; p.mu is held.
-// Runs are split where pools end, since each pool is its own memory
-// region.
+// extents builds a chunk's extents for data session sid, for a reply,
+// and notes when they were handed out (chunkMap.handed, from which freed
+// blocks are quarantined); p.mu is held. Runs are split where pools end,
+// since each pool is its own memory region.
 func (s *Service) extents(p *partition, ino, chunk, sid uint64) ([]wire.Extent, error) {
 	m := p.chunks[chunkKey{ino, chunk}]
 	if m == nil {
@@ -950,6 +951,7 @@ func (s *Service) extents(p *partition, ino, chunk, sid uint64) ([]wire.Extent, 
 			return nil, err
 		}
 	}
+	m.handed = s.cfg.Now()
 	return out, nil
 }
 
