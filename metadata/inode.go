@@ -2,10 +2,9 @@ package metadata
 
 import (
 	"slices"
-
-	"github.com/octofs/octofs/metadata/acl"
 	"sort"
 
+	"github.com/octofs/octofs/metadata/acl"
 	"github.com/octofs/octofs/metadata/wire"
 )
 
@@ -36,17 +35,18 @@ type inode struct {
 	usageGen   uint64
 }
 
-// accessACL is the inode's access ACL, nil when it has none. (Its xattr
-// was validated when it was set; one that no longer decodes counts as
-// none, leaving the mode bits in charge.)
-func (n *inode) accessACL() acl.ACL { return n.aclOf(acl.XattrAccess) }
+// accessACL is the inode's access ACL, nil when it has none.
+func (n *inode) accessACL() acl.ACL { return decodeACL(n.xattrs[acl.XattrAccess]) }
 
 // defaultACL is a directory's default ACL, nil when it has none.
-func (n *inode) defaultACL() acl.ACL { return n.aclOf(acl.XattrDefault) }
+func (n *inode) defaultACL() acl.ACL { return decodeACL(n.xattrs[acl.XattrDefault]) }
 
-func (n *inode) aclOf(name string) acl.ACL {
-	v, ok := n.xattrs[name]
-	if !ok {
+// decodeACL is the ACL of an xattr value, nil when empty or malformed:
+// a stored one was validated when it was set, and one a peer sent was
+// validated by the peer, so a value that does not decode is damage, and
+// counts as no ACL (the mode bits rule).
+func decodeACL(v []byte) acl.ACL {
+	if len(v) == 0 {
 		return nil
 	}
 	a, err := acl.Decode(v)

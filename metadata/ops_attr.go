@@ -583,19 +583,29 @@ func (s *Service) setxattr(ctx context.Context, r *request, q *wire.SetXattrRequ
 		return s.setACL(ctx, r, q.Ino, q.Name, a)
 	}
 	return s.xattrChange(ctx, r, q.Ino, q.Name, func(n *inode) ([]wire.Record, syscall.Errno) {
-		old, exists := n.xattrs[q.Name]
+		_, exists := n.xattrs[q.Name]
 		switch {
 		case q.Flags&wire.XattrCreate != 0 && exists:
 			return nil, syscall.EEXIST
 		case q.Flags&wire.XattrReplace != 0 && !exists:
 			return nil, syscall.ENODATA
-		case n.xbytes-len(old)-boolLen(exists, q.Name)+len(q.Name)+len(q.Value) > wire.MaxXattrTotal:
-			return nil, syscall.ENOSPC
-		case (!exists || len(q.Value) > len(old)) && s.roomToGrow() != wire.StatusOK:
-			return nil, syscall.ENOSPC
 		}
-		return []wire.Record{&wire.XattrSetRecord{Ino: q.Ino, Name: q.Name, Value: bytes.Clone(q.Value)}}, 0
+		return s.xattrSet(n, q.Name, bytes.Clone(q.Value))
 	})
+}
+
+// xattrSet is the record that sets xattr name of n to v, or ENOSPC when
+// the inode's xattrs would pass MaxXattrTotal or the region has no room
+// for more (a value no longer than the one it replaces always fits).
+func (s *Service) xattrSet(n *inode, name string, v []byte) ([]wire.Record, syscall.Errno) {
+	old, exists := n.xattrs[name]
+	switch {
+	case n.xbytes-len(old)-boolLen(exists, name)+len(name)+len(v) > wire.MaxXattrTotal:
+		return nil, syscall.ENOSPC
+	case (!exists || len(v) > len(old)) && s.roomToGrow() != wire.StatusOK:
+		return nil, syscall.ENOSPC
+	}
+	return []wire.Record{&wire.XattrSetRecord{Ino: n.rec.Ino, Name: name, Value: v}}, 0
 }
 
 func boolLen(b bool, s string) int {
@@ -628,41 +638,26 @@ func (s *Service) removexattr(ctx context.Context, r *request, q *wire.RemoveXat
 // nor root.
 func (s *Service) setACL(ctx context.Context, r *request, ino uint64, name string, a acl.ACL) result {
 	return s.xattrUpdate(ctx, r, ino, name, func(n *inode, rec *wire.InodeRecord) ([]wire.Record, syscall.Errno) {
-		_, exists := n.xattrs[name]
-		remove := func() []wire.Record {
-			if !exists {
-				return nil
-			}
-			return []wire.Record{&wire.XattrRemoveRecord{Ino: ino, Name: name}}
-		}
-		if name == acl.XattrDefault {
-			switch {
-			case !n.isDir() && a != nil:
-				return nil, syscall.EACCES
-			case a == nil:
-				return remove(), 0
-			}
-		} else if a != nil {
+		if name == acl.XattrAccess && a != nil {
 			perm, equiv := a.EquivMode()
 			rec.Mode = rec.Mode&^0o777 | perm
 			if !r.cred.IsRoot() && !r.cred.InGroup(rec.GID) {
 				rec.Mode &^= wire.ModeSetgid
 			}
 			if equiv {
-				return remove(), 0
+				a = nil // the bits say it all: keep no ACL
 			}
-		} else {
-			return remove(), 0
 		}
-		v := a.Encode()
-		old := n.xattrs[name]
+		_, exists := n.xattrs[name]
 		switch {
-		case n.xbytes-len(old)-boolLen(exists, name)+len(name)+len(v) > wire.MaxXattrTotal:
-			return nil, syscall.ENOSPC
-		case (!exists || len(v) > len(old)) && s.roomToGrow() != wire.StatusOK:
-			return nil, syscall.ENOSPC
+		case name == acl.XattrDefault && a != nil && !n.isDir():
+			return nil, syscall.EACCES
+		case a == nil && exists:
+			return []wire.Record{&wire.XattrRemoveRecord{Ino: ino, Name: name}}, 0
+		case a == nil:
+			return nil, 0
 		}
-		return []wire.Record{&wire.XattrSetRecord{Ino: ino, Name: name, Value: v}}, 0
+		return s.xattrSet(n, name, a.Encode())
 	})
 }
 

@@ -59,19 +59,6 @@ func inheritACL(rec *wire.InodeRecord, def acl.ACL, umask uint32) []wire.Record 
 	return recs
 }
 
-// decodeACL is the ACL of an xattr value a peer sent, nil when empty or
-// malformed (the peer validated it when it was set).
-func decodeACL(v []byte) acl.ACL {
-	if len(v) == 0 {
-		return nil
-	}
-	a, err := acl.Decode(v)
-	if err != nil {
-		return nil
-	}
-	return a
-}
-
 // addCheck says what addEntryChecks checks beyond the basics.
 type addCheck struct {
 	// newIsDir: the entry is a directory, so d gains a link (EMLINK).

@@ -375,14 +375,10 @@ func (t *renameTxn) attempt(ctx context.Context, r *request, q *wire.RenameReque
 }
 
 // permitsLocked is permits on what a lock collected: the attributes
-// and the access ACL. (An ACL that does not decode counts as none.)
+// and the access ACL.
 func permitsLocked(x *wire.LockResult, c *wire.Cred, mask uint32) bool {
 	r := wire.InodeRecord{Mode: x.Attr.Mode, UID: x.Attr.UID, GID: x.Attr.GID}
-	var a acl.ACL
-	if len(x.ACL) > 0 {
-		a, _ = acl.Decode(x.ACL)
-	}
-	return permits(&r, a, c, mask)
+	return permits(&r, x.ACL, c, mask)
 }
 
 // mayDelete is Linux's may_delete on what a lock collected of a

@@ -13,11 +13,13 @@ import (
 // CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN and CAP_FSETID.
 
 // permits reports whether cred may access an inode of record r and
-// access ACL a (nil: none) with mask (wire.AccessRead, AccessWrite,
-// AccessExec bits): generic_permission. The owner goes by the mode's
-// owner bits; anyone else by the ACL when there is one and the mode's
-// group class is not empty, else by the group or other bits.
-func permits(r *wire.InodeRecord, a acl.ACL, c *wire.Cred, mask uint32) bool {
+// access ACL xattr accessACL (empty: none) with mask (wire.AccessRead,
+// AccessWrite, AccessExec bits): generic_permission. The owner goes by
+// the mode's owner bits; anyone else by the ACL when there is one and
+// the mode's group class is not empty, else by the group or other bits.
+// The ACL is decoded only when it decides (an ACL that does not decode
+// counts as none: the bits rule).
+func permits(r *wire.InodeRecord, accessACL []byte, c *wire.Cred, mask uint32) bool {
 	if mask == 0 {
 		return true
 	}
@@ -29,23 +31,24 @@ func permits(r *wire.InodeRecord, a acl.ACL, c *wire.Cred, mask uint32) bool {
 		}
 		return r.Mode&wire.ModeType == wire.ModeDir || r.Mode&0o111 != 0
 	}
-	var bits uint32
-	switch {
-	case c.UID == r.UID:
-		bits = r.Mode >> 6 & 7
-	case a != nil && r.Mode&0o070 != 0:
-		return a.Permits(c.UID, c.InGroup, r.GID, uint16(mask))
-	case c.InGroup(r.GID):
+	if c.UID == r.UID {
+		return r.Mode>>6&7&mask == mask
+	}
+	if len(accessACL) > 0 && r.Mode&0o070 != 0 {
+		if a := decodeACL(accessACL); a != nil {
+			return a.Permits(c.UID, c.InGroup, r.GID, uint16(mask))
+		}
+	}
+	bits := r.Mode & 7
+	if c.InGroup(r.GID) {
 		bits = r.Mode >> 3 & 7
-	default:
-		bits = r.Mode & 7
 	}
 	return bits&mask == mask
 }
 
 // permits is permits on n's record and access ACL.
 func (n *inode) permits(c *wire.Cred, mask uint32) bool {
-	return permits(&n.rec, n.accessACL(), c, mask)
+	return permits(&n.rec, n.xattrs[acl.XattrAccess], c, mask)
 }
 
 // ownerOrRoot is inode_owner_or_capable.
