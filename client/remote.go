@@ -318,7 +318,7 @@ func (n mdNamespace) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetA
 }
 
 func (n mdNamespace) Create(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, flags int) (Attr, *Attr, error) {
-	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Open: true, OpenFlags: uint32(flags), Umask: cred.Umask & 0o777})
+	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Open: true, OpenFlags: uint32(flags), Umask: cred.Umask})
 }
 
 // make sends a creation and converts its answer: the new inode, and the
@@ -336,18 +336,18 @@ func (n mdNamespace) make(ctx context.Context, op wire.Op, cred Cred, req wire.M
 }
 
 func (n mdNamespace) Tmpfile(ctx context.Context, cred Cred, parent uint64, mode uint32, flags int) (Attr, error) {
-	a, err := n.md.TmpfileMasked(ctx, wireCred(cred), parent, mode, cred.Umask&0o777, uint32(flags))
+	a, err := n.md.TmpfileMasked(ctx, wireCred(cred), parent, mode, cred.Umask, uint32(flags))
 	return fromWire(a), err
 }
 
 func (n mdNamespace) Make(ctx context.Context, cred Cred, parent uint64, name string, mode uint32, rdev uint64, target string) (Attr, *Attr, error) {
 	switch mode & modeType {
 	case syscall.S_IFDIR:
-		return n.make(ctx, wire.OpMkdir, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: wire.ModeDir | mode&modePerm, Umask: cred.Umask & 0o777})
+		return n.make(ctx, wire.OpMkdir, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: wire.ModeDir | mode&modePerm, Umask: cred.Umask})
 	case syscall.S_IFLNK:
 		return n.make(ctx, wire.OpSymlink, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: wire.ModeSymlink | 0o777, Target: target})
 	}
-	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Rdev: rdev, Umask: cred.Umask & 0o777})
+	return n.make(ctx, wire.OpCreate, cred, wire.MakeRequest{Parent: parent, Name: name, Mode: mode, Rdev: rdev, Umask: cred.Umask})
 }
 
 func (n mdNamespace) Link(ctx context.Context, cred Cred, ino, newParent uint64, newName string) (Attr, error) {

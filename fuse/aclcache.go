@@ -47,6 +47,22 @@ func newACLCache(ttl time.Duration, now func() time.Time) *aclCache {
 
 func isACLXattr(name string) bool { return strings.HasPrefix(name, "system.posix_acl_") }
 
+// getxattr answers getxattr of name of ino: when name is an ACL, from a
+// fresh answer if there is one, else from fetch (the cluster), whose
+// answer is kept; any other name from fetch alone.
+func (c *aclCache) getxattr(ino uint64, name string, fetch func() ([]byte, syscall.Errno)) ([]byte, syscall.Errno) {
+	if !isACLXattr(name) {
+		return fetch()
+	}
+	if a, ok := c.get(ino, name); ok {
+		return a.value, a.errno
+	}
+	start := c.now()
+	v, e := fetch()
+	c.put(ino, name, v, e, start)
+	return v, e
+}
+
 // get returns a fresh answer for name of ino, if there is one.
 func (c *aclCache) get(ino uint64, name string) (aclAnswer, bool) {
 	if c.ttl <= 0 {

@@ -53,3 +53,26 @@ func TestACLCache(t *testing.T) {
 	_, ok = off.get(1, acc)
 	require.False(t, ok, "no caching without an attribute timeout")
 }
+
+// TestACLCacheGetxattr: an ACL is fetched once per attribute timeout;
+// other names every time; an error that is not ENODATA is not kept.
+func TestACLCacheGetxattr(t *testing.T) {
+	now := time.Unix(1000, 0)
+	c := newACLCache(time.Second, func() time.Time { return now })
+	fetches := 0
+	answer := syscall.ENODATA
+	fetch := func() ([]byte, syscall.Errno) { fetches++; return nil, answer }
+	for range 3 {
+		_, e := c.getxattr(1, "system.posix_acl_access", fetch)
+		require.Equal(t, syscall.ENODATA, e)
+	}
+	require.Equal(t, 1, fetches)
+	for range 3 {
+		c.getxattr(1, "user.x", fetch)
+	}
+	require.Equal(t, 4, fetches, "other xattrs are always asked")
+	answer = syscall.EIO
+	c.getxattr(2, "system.posix_acl_default", fetch)
+	c.getxattr(2, "system.posix_acl_default", fetch)
+	require.Equal(t, 6, fetches, "a failure is asked again")
+}

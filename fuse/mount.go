@@ -261,7 +261,7 @@ func Mount(dir string, c *client.Client, o Options) (*Server, error) {
 			fo.MountOptions.Options = append(fo.MountOptions.Options, f.opt)
 		}
 	}
-	raw := &rawFS{RawFileSystem: fs.NewNodeFS(root, fo), fsys: fsys}
+	raw := &rawFS{RawFileSystem: fs.NewNodeFS(root, fo), fsys: fsys, askedACL: fo.MountOptions.EnableAcl}
 	srv, err := fuse.NewServer(raw, dir, &fo.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("fuse: mount %s: %w", dir, err)
@@ -290,6 +290,8 @@ type rawFS struct {
 	fuse.RawFileSystem
 	fsys *FS
 	srv  *fuse.Server // set before it serves
+	// askedACL: the mount asked for POSIX_ACL and DONT_MASK.
+	askedACL bool
 }
 
 // umaskFlag marks a mode that carries the caller's umask in bits 16 to
@@ -310,10 +312,14 @@ func splitUmask(mode uint32) (m, umask uint32) {
 	return mode & 0xffff, mode >> 16 & 0o777
 }
 
-// dontMask reports whether the kernel leaves the umask to the mount.
-func (r *rawFS) dontMask() bool {
-	return r.srv != nil && r.srv.KernelSettings().Flags64()&fuse.CAP_DONT_MASK != 0 &&
-		r.srv.KernelSettings().Flags64()&fuse.CAP_POSIX_ACL != 0
+// foldUmask passes a creation's umask on to the node (withUmask) when
+// the kernel leaves it to the mount: the mount asked for DONT_MASK and
+// POSIX_ACL, and the kernel offered both (go-fuse then grants them).
+func (r *rawFS) foldUmask(mode *uint32, umask uint32) {
+	const both = fuse.CAP_DONT_MASK | fuse.CAP_POSIX_ACL
+	if r.askedACL && r.srv != nil && r.srv.KernelSettings().Flags64()&both == both {
+		*mode = withUmask(*mode, umask)
+	}
 }
 
 // GetXAttr answers security.capability with "none" without asking the
@@ -328,30 +334,22 @@ func (r *rawFS) GetXAttr(cancel <-chan struct{}, h *fuse.InHeader, attr string, 
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	if r.dontMask() {
-		in.Mode = withUmask(in.Mode, in.Umask)
-	}
+	r.foldUmask(&in.Mode, in.Umask)
 	return r.RawFileSystem.Create(cancel, in, name, out)
 }
 
 func (r *rawFS) Tmpfile(cancel <-chan struct{}, in *fuse.CreateIn, out *fuse.CreateOut) fuse.Status {
-	if r.dontMask() {
-		in.Mode = withUmask(in.Mode, in.Umask)
-	}
+	r.foldUmask(&in.Mode, in.Umask)
 	return r.RawFileSystem.Tmpfile(cancel, in, out)
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	if r.dontMask() {
-		in.Mode = withUmask(in.Mode, in.Umask)
-	}
+	r.foldUmask(&in.Mode, in.Umask)
 	return r.RawFileSystem.Mkdir(cancel, in, name, out)
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	if r.dontMask() {
-		in.Mode = withUmask(in.Mode, in.Umask)
-	}
+	r.foldUmask(&in.Mode, in.Umask)
 	return r.RawFileSystem.Mknod(cancel, in, name, out)
 }
 

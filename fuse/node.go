@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -520,7 +519,7 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 // ACL that nothing enforces would mislead (cp -a and tar carry on
 // without them).
 func (n *node) noACL(name string) bool {
-	return n.fsys.o.NoACL && strings.HasPrefix(name, "system.posix_acl_")
+	return n.fsys.o.NoACL && isACLXattr(name)
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
@@ -528,26 +527,15 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if n.noACL(attr) {
 		return 0, syscall.ENODATA
 	}
-	var v []byte
-	if a, ok := n.cachedACL(attr); ok {
-		if a.errno != 0 {
-			return 0, a.errno
-		}
-		v = a.value
-	} else {
-		start := time.Now()
-		var err error
-		v, err = n.fsys.c.GetXattr(ctx, n.cred(ctx), n.ino(), attr)
+	v, e := n.fsys.acls.getxattr(n.ino(), attr, func() ([]byte, syscall.Errno) {
+		v, err := n.fsys.c.GetXattr(ctx, n.cred(ctx), n.ino(), attr)
 		if err != nil {
-			e := n.fail("getxattr", err)
-			if isACLXattr(attr) {
-				n.fsys.acls.put(n.ino(), attr, nil, e, start)
-			}
-			return 0, e
+			return nil, n.fail("getxattr", err)
 		}
-		if isACLXattr(attr) {
-			n.fsys.acls.put(n.ino(), attr, v, 0, start)
-		}
+		return v, 0
+	})
+	if e != 0 {
+		return 0, e
 	}
 	if len(dest) < len(v) {
 		return uint32(len(v)), syscall.ERANGE
@@ -555,21 +543,14 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, v)), 0
 }
 
-// cachedACL is the mount's fresh answer about ACL xattr name, if it is
-// one and there is one (aclCache).
-func (n *node) cachedACL(name string) (aclAnswer, bool) {
-	if !isACLXattr(name) {
-		return aclAnswer{}, false
-	}
-	return n.fsys.acls.get(n.ino(), name)
-}
-
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
 	ctx = detach(ctx)
 	if n.noACL(attr) {
 		return syscall.EOPNOTSUPP
 	}
-	defer n.fsys.acls.drop(n.ino())
+	if isACLXattr(attr) {
+		defer n.fsys.acls.drop(n.ino())
+	}
 	return n.fail("setxattr", n.fsys.c.SetXattr(ctx, n.cred(ctx), n.ino(), attr, data, int(flags)))
 }
 
@@ -600,6 +581,8 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if n.noACL(attr) {
 		return syscall.ENODATA
 	}
-	defer n.fsys.acls.drop(n.ino())
+	if isACLXattr(attr) {
+		defer n.fsys.acls.drop(n.ino())
+	}
 	return n.fail("removexattr", n.fsys.c.RemoveXattr(ctx, n.cred(ctx), n.ino(), attr))
 }
