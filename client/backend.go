@@ -72,6 +72,12 @@ type namespace interface {
 	// Commit records what this client wrote: the size grows to at least
 	// size (never shrinks), and mtime and ctime are set to mtime.
 	Commit(ctx context.Context, cred Cred, ino uint64, size uint64, mtime time.Time) (Attr, error)
+	// Append places an O_APPEND write of n bytes: it returns the offset,
+	// the end of the file as the owner knows it (the committed size and
+	// the appends it placed before, of any client) or known, this
+	// client's own end, whichever is larger, and counts the range as
+	// taken. The write then goes there and is committed as any other.
+	Append(ctx context.Context, cred Cred, ino uint64, n, known uint64) (uint64, error)
 	// GetLk returns the first lock that conflicts with lk, or lk with
 	// Type LockUnlock if none does.
 	GetLk(ctx context.Context, ino uint64, lk Lock) (Lock, error)

@@ -697,10 +697,12 @@ func (f *File) wrote(end, n uint64) {
 	f.c.dropAttrs(f.oi.ino)
 }
 
-// appendAt writes p at the end of the file: the larger of the size the
-// owner reports and what this client has written. Appends of this client
-// are serialised by the inode's lock; appends of other clients race with
-// ours unless they hold a lock, as with NFS.
+// appendAt writes p at the end of the file. The inode's owner places it
+// (Append): after the committed size, after the appends of every client
+// it placed before, and after this client's own writes; so appends of
+// several clients never overwrite each other, as appends of several
+// processes on one host do not. Appends of this client are serialised
+// by the inode's lock.
 func (f *File) appendAt(ctx, octx context.Context, p []byte) (int, error) {
 	oi := f.oi
 	oi.mu.Lock()
@@ -708,27 +710,28 @@ func (f *File) appendAt(ctx, octx context.Context, p []byte) (int, error) {
 	if err := f.c.drainLocked(octx, oi); err != nil {
 		return 0, f.c.fail(ctx, "write", err)
 	}
-	a, err := f.c.ns.GetAttr(octx, f.cred, oi.ino)
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if oi.size+uint64(len(p)) > maxFileSize {
+		return 0, syscall.EFBIG
+	}
+	off, err := f.c.ns.Append(octx, f.cred, oi.ino, uint64(len(p)), oi.size)
 	if err != nil {
 		return 0, f.c.fail(ctx, "write", err)
 	}
-	off := max(a.Size, oi.size)
 	if off+uint64(len(p)) > maxFileSize {
 		return 0, syscall.EFBIG
 	}
-	if len(p) > 0 {
-		if err := f.c.data.WriteAt(octx, oi.ino, p, off); err != nil {
-			return 0, f.c.fail(ctx, "write", err)
-		}
-		oi.dirty = true
-		oi.pending += uint64(len(p))
-		oi.mtime = f.c.cfg.Now()
-		oi.cred = f.cred
+	if err := f.c.data.WriteAt(octx, oi.ino, p, off); err != nil {
+		return 0, f.c.fail(ctx, "write", err)
 	}
-	if len(p) > 0 {
-		oi.grew = true
-	}
-	oi.size = off + uint64(len(p))
+	oi.dirty = true
+	oi.pending += uint64(len(p))
+	oi.mtime = f.c.cfg.Now()
+	oi.cred = f.cred
+	oi.grew = true
+	oi.size = max(oi.size, off+uint64(len(p)))
 	f.c.dropAttrs(oi.ino)
 	return len(p), nil
 }

@@ -131,6 +131,8 @@ type memNode struct {
 	target  string
 	xattrs  map[string][]byte
 	opens   int
+	// placed: the end of the appends Append placed, 0 after a truncate.
+	placed uint64
 	// linkable: an O_TMPFILE file without a name yet, which Link may
 	// name.
 	linkable bool
@@ -304,7 +306,7 @@ func (f *memNS) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrIn
 // namespace service does before it publishes the size.
 func (f *memNS) truncate(n *memNode, size uint64) {
 	f.data.trim(n.attr.Ino, size)
-	n.attr.Size = size
+	n.attr.Size, n.placed = size, 0
 	n.attr.Mtime = f.now()
 	f.log.add("truncate")
 }
@@ -812,6 +814,20 @@ func (f *memNS) Commit(ctx context.Context, cred Cred, ino uint64, size uint64, 
 	n.attr.Size = max(n.attr.Size, size)
 	n.attr.Mtime, n.attr.Ctime = mtime, mtime
 	return n.attr, nil
+}
+
+func (f *memNS) Append(ctx context.Context, cred Cred, ino uint64, size, known uint64) (uint64, error) {
+	if err := f.enter(ctx, "append"); err != nil {
+		return 0, err
+	}
+	defer f.mu.Unlock()
+	n, err := f.node(ino)
+	if err != nil {
+		return 0, err
+	}
+	off := max(n.attr.Size, n.placed, known)
+	n.placed = off + size
+	return off, nil
 }
 
 // conflicts reports whether held (of client hc) and want (of client wc)

@@ -499,6 +499,10 @@ func (n mdNamespace) Commit(ctx context.Context, cred Cred, ino uint64, size uin
 	return fromWire(a), err
 }
 
+func (n mdNamespace) Append(ctx context.Context, cred Cred, ino uint64, size, known uint64) (uint64, error) {
+	return n.md.Append(ctx, wireCred(cred), ino, size, known)
+}
+
 func (n mdNamespace) GetLk(ctx context.Context, ino uint64, lk Lock) (Lock, error) {
 	got, err := n.md.GetLk(ctx, ino, wireLock(lk))
 	if err != nil {

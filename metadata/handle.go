@@ -221,6 +221,8 @@ func (s *Service) dispatch(ctx context.Context, r *request, body wire.Body) resu
 		return s.release(ctx, r, q)
 	case *wire.WriteCommitRequest:
 		return s.writeCommit(ctx, r, q)
+	case *wire.AppendRequest:
+		return s.appendPlace(ctx, r, q)
 	case *wire.LockRequest:
 		return s.advisoryLock(ctx, r, q)
 	case *wire.EntryAddRequest:

@@ -33,6 +33,11 @@ type inode struct {
 	usage      uint64
 	usageKnown bool
 	usageGen   uint64
+
+	// placed is the end of the O_APPEND writes placed by OpAppend, which
+	// their writers commit later; 0 once the size shrinks. In memory
+	// only (docs/metadata.md, "Appends").
+	placed uint64
 }
 
 // accessACL is the inode's access ACL, nil when it has none.

@@ -281,6 +281,40 @@ func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteComm
 	return res
 }
 
+// appendPlace answers where an O_APPEND write goes: at the end of the
+// file as the owner knows it, appends placed and not yet committed
+// included, so that concurrent appends of several clients each get a
+// range of their own, as appends of several processes do on a local
+// file system. It changes memory only: the writer commits the size with
+// its data (OpWriteCommit). The permission is the write's: a writable
+// open of the caller, or write permission.
+func (s *Service) appendPlace(ctx context.Context, r *request, q *wire.AppendRequest) result {
+	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n, st := p.inodeExclusive(ctx, q.Ino, 0, wire.TxnID{})
+	if st != wire.StatusOK {
+		return fail(st)
+	}
+	switch {
+	case n.isDir():
+		return fail(status(syscall.EISDIR))
+	case !n.isRegular():
+		return fail(status(syscall.EINVAL))
+	case !s.sessions.hasWriter(r.key, q.Ino) && !n.permits(r.cred, wire.AccessWrite):
+		return fail(status(syscall.EACCES))
+	}
+	off := max(n.rec.Size, n.placed, q.Known)
+	if off > maxFileSize || q.Len > maxFileSize-off {
+		return fail(status(syscall.EFBIG))
+	}
+	n.placed = off + q.Len
+	return ok(&wire.AppendReply{Offset: off})
+}
+
 func (s *Service) open(ctx context.Context, r *request, q *wire.OpenRequest) result {
 	p, n, st := s.lockInode(ctx, q.Ino, q.Gen)
 	if st != wire.StatusOK {

@@ -175,6 +175,9 @@ func (p *partition) apply(rec wire.Record) error {
 			}
 		}
 		wasPending := n.pending()
+		if r.Size < n.rec.Size {
+			n.placed = 0 // appends placed before a truncate go to the new end
+		}
 		n.rec = *r
 		if r.Flags&wire.InodeOrphan != 0 {
 			p.orphans[r.Ino] = true

@@ -349,6 +349,17 @@ func (c *Client) WriteCommit(ctx context.Context, cred wire.Cred, ino, size uint
 	return r.Attr, err
 }
 
+// Append returns the offset an O_APPEND write of n bytes to ino goes to
+// (wire.OpAppend); known is the end of the file as the caller knows it,
+// its uncommitted writes included. The caller writes there and commits
+// as for any write.
+func (c *Client) Append(ctx context.Context, cred wire.Cred, ino, n, known uint64) (uint64, error) {
+	var r wire.AppendReply
+	err := c.call(ctx, wire.OpAppend, cred, partitionOf(ino),
+		&wire.AppendRequest{Ino: ino, Len: n, Known: known}, &r, nil)
+	return r.Offset, err
+}
+
 // GetLk returns the first lock that conflicts with lk, or lk with Type
 // wire.LockUnlock if none does.
 func (c *Client) GetLk(ctx context.Context, ino uint64, lk wire.Lock) (wire.Lock, error) {

@@ -178,6 +178,8 @@ func NewRequest(op Op) Body {
 		return &ReleaseRequest{}
 	case OpWriteCommit:
 		return &WriteCommitRequest{}
+	case OpAppend:
+		return &AppendRequest{}
 	case OpGetLk, OpSetLk:
 		return &LockRequest{}
 	case OpEntryAdd:
@@ -224,6 +226,8 @@ func NewReply(op Op) Body {
 		return &OpenDirReply{}
 	case OpKeepAlive:
 		return &KeepAliveReply{}
+	case OpAppend:
+		return &AppendReply{}
 	case OpEntryAdd:
 		return &EntryAddReply{}
 	case OpTxLock:
@@ -941,6 +945,33 @@ func (r *WriteCommitRequest) decode(d *codec.Decoder) {
 	r.Size = d.U64()
 	r.Mtime.decode(d)
 }
+
+// AppendRequest asks where an O_APPEND write of Len bytes goes (OpAppend).
+// Known is the end of the file as the caller knows it, its own writes
+// not yet committed included.
+type AppendRequest struct {
+	Ino   uint64
+	Len   uint64
+	Known uint64
+}
+
+func (r *AppendRequest) encode(e *codec.Encoder) {
+	e.U64(r.Ino)
+	e.U64(r.Len)
+	e.U64(r.Known)
+}
+
+func (r *AppendRequest) decode(d *codec.Decoder) {
+	r.Ino = d.U64()
+	r.Len = d.U64()
+	r.Known = d.U64()
+}
+
+// AppendReply is the offset an O_APPEND write goes to.
+type AppendReply struct{ Offset uint64 }
+
+func (r *AppendReply) encode(e *codec.Encoder) { e.U64(r.Offset) }
+func (r *AppendReply) decode(d *codec.Decoder) { r.Offset = d.U64() }
 
 // LockRequest tests (OpGetLk) or sets (OpSetLk, never waiting: a conflict
 // is EAGAIN) an advisory lock.

@@ -61,6 +61,14 @@ const (
 	// listing, without updating atime (the client does that when the
 	// program reads the page). Ino's owner.
 	OpOpenDir Op = 0x011b
+	// OpAppend places an O_APPEND write of Len bytes: the owner answers
+	// the offset, the end of the file as it knows it (the committed size,
+	// appends placed before and not yet committed, and the caller's own
+	// uncommitted end, Known), and counts the range as placed, so that
+	// appends from several clients never overlap. The caller then writes
+	// the bytes there and commits them as any write (OpWriteCommit).
+	// Ino's owner.
+	OpAppend Op = 0x011c
 )
 
 // Node-to-node ops of the collect-dispatch protocols (docs/metadata.md).
@@ -91,7 +99,7 @@ var (
 	ClientOps = []Op{OpNull, OpLookup, OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink,
 		OpUnlink, OpRmdir, OpRename, OpReadlink, OpReadDir, OpStatFS, OpGetXattr, OpSetXattr,
 		OpListXattr, OpRemoveXattr, OpAccess, OpOpen, OpRelease, OpWriteCommit, OpGetLk, OpSetLk,
-		OpKeepAlive, OpTmpfile, OpTouchAtime, OpOpenDir}
+		OpKeepAlive, OpTmpfile, OpTouchAtime, OpOpenDir, OpAppend}
 	PeerOps = []Op{OpEntryAdd, OpEntryRemove, OpTxLock, OpTxApply, OpTxAbort, OpTxStatus, OpGetParent}
 )
 
@@ -102,7 +110,7 @@ var opNames = map[Op]string{
 	OpReadDir: "readdir", OpStatFS: "statfs", OpGetXattr: "getxattr", OpSetXattr: "setxattr",
 	OpListXattr: "listxattr", OpRemoveXattr: "removexattr", OpAccess: "access", OpOpen: "open",
 	OpRelease: "release", OpWriteCommit: "writecommit", OpGetLk: "getlk", OpSetLk: "setlk",
-	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile", OpTouchAtime: "touch-atime", OpOpenDir: "opendir",
+	OpKeepAlive: "keepalive", OpTmpfile: "tmpfile", OpTouchAtime: "touch-atime", OpOpenDir: "opendir", OpAppend: "append",
 	OpEntryAdd: "entry-add", OpEntryRemove: "entry-remove", OpTxLock: "tx-lock",
 	OpTxApply: "tx-apply", OpTxAbort: "tx-abort", OpTxStatus: "tx-status", OpGetParent: "get-parent",
 }
@@ -118,11 +126,12 @@ func (o Op) String() string {
 // request sequence and executes at most once. OpRelease is one: it ends
 // one of the client's opens of the inode, and a repeat (an attempt whose
 // answer was lost) would end another, freeing a removed file under its
-// last open.
+// last open. So is OpAppend: a repeat would place the write a second
+// time, leaving a hole.
 func (o Op) Mutating() bool {
 	switch o {
 	case OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpLink, OpUnlink, OpRmdir, OpRename,
-		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile, OpOpenDir, OpRelease:
+		OpSetXattr, OpRemoveXattr, OpOpen, OpWriteCommit, OpTmpfile, OpOpenDir, OpRelease, OpAppend:
 		return true
 	}
 	return false
