@@ -99,6 +99,15 @@ type Engine struct {
 	// reply in flight must not undo (Forget, Persist): fetch caches a
 	// reply only if gen did not move while it was out.
 	gen map[uint64]uint64
+	// ticks counts the sends and the arrivals of fetches of extents. A
+	// cached entry keeps the tick of its arrival: a reply to a fetch
+	// sent before that is as old as the entry or older, or the owner
+	// answered the two in either order, so it is not cached (a read's
+	// map answered before a write's allocation and delivered after it
+	// would undo the allocation in the cache: the next read would see a
+	// hole). The chunk's entry is dropped instead, and the next I/O asks
+	// again.
+	ticks uint64
 	// dirty are the writes not yet persisted; persisting, those a
 	// Persist is sending. Reads show them from unwritten extents.
 	dirty      map[uint64]writes
@@ -131,6 +140,10 @@ type cached struct {
 	dc      *dataConn
 	expires time.Time
 	exts    []wire.Extent
+	// tick is when the entry was cached (Engine.ticks); an entry with
+	// no dc is a dropped chunk's, expired: nothing fetched before the
+	// drop may fill it.
+	tick uint64
 }
 
 // ownerKey names the node process data was written to.
@@ -421,6 +434,10 @@ func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn,
 	// The lease runs from before the request left: the owner counts its
 	// quarantine from a moment after that.
 	sent := e.cfg.Now()
+	e.mu.Lock()
+	e.ticks++
+	sentTick := e.ticks
+	e.mu.Unlock()
 	rep, err := e.call(ctx, node, req)
 	if rep.Status == wire.StatusNoSession {
 		dc.fail(fmt.Errorf("%w: node %s forgot the session", errConnLost, node.ID))
@@ -434,16 +451,20 @@ func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn,
 		dc.fail(fmt.Errorf("%w: node %s restarted", errConnLost, node.ID))
 		return nil, fmt.Errorf("%w: node %s restarted", errRetry, node.ID)
 	}
-	c := &cached{dc: dc, expires: sent.Add(rep.Lease), exts: rep.Extents}
 	e.mu.Lock()
+	e.ticks++
+	c := &cached{dc: dc, expires: sent.Add(rep.Lease), exts: rep.Extents, tick: e.ticks}
 	if e.gen[req.Ino] == gen {
 		if e.cache[req.Ino] == nil {
 			e.cache[req.Ino] = make(map[uint64]*cached)
 		}
+		if old := e.cache[req.Ino][req.Chunk]; old != nil && old.tick > sentTick {
+			c = &cached{tick: e.ticks}
+		}
 		e.cache[req.Ino][req.Chunk] = c
 	}
 	e.mu.Unlock()
-	return c.exts, nil
+	return rep.Extents, nil
 }
 
 // writable reports whether a write of [lo, hi) can go through exts as
@@ -481,7 +502,12 @@ func writable(exts []wire.Extent, own ownWrites, lo, hi, bs uint32) bool {
 // dropChunk forgets one chunk's cached extents.
 func (e *Engine) dropChunk(ino, chunk uint64) {
 	e.mu.Lock()
-	delete(e.cache[ino], chunk)
+	if m := e.cache[ino]; m != nil {
+		// An expired entry: the next I/O asks again, and a reply to a
+		// fetch sent before now cannot bring the dropped extents back.
+		e.ticks++
+		m[chunk] = &cached{tick: e.ticks}
+	}
 	e.mu.Unlock()
 }
 

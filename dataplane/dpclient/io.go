@@ -340,12 +340,12 @@ func (e *Engine) Persist(ctx context.Context, ino uint64) error {
 		}
 		for wk, s := range chunks {
 			c := e.cache[ino][wk.chunk]
-			if wk.stamp == 0 || c == nil || c.dc.node != key.node || c.dc.grant.Incarnation != key.incarnation {
+			if wk.stamp == 0 || c == nil || c.dc == nil || c.dc.node != key.node || c.dc.grant.Incarnation != key.incarnation {
 				continue
 			}
 			blocks := s.wholeBlocks(c.dc.grant.BlockSize)
 			if len(blocks) > 0 {
-				e.cache[ino][wk.chunk] = &cached{dc: c.dc, expires: c.expires, exts: convertCached(c.exts, wk.stamp, blocks)}
+				e.cache[ino][wk.chunk] = &cached{dc: c.dc, expires: c.expires, exts: convertCached(c.exts, wk.stamp, blocks), tick: c.tick}
 			}
 		}
 	}
