@@ -245,26 +245,40 @@ func retry(ctx context.Context, fn func() error, log interface {
 	}
 }
 
-func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteCommitRequest) result {
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+// lockWrite locks the partition of regular file ino for a write of r's
+// caller (a writable open of the caller, or write permission): the
+// partition is locked when the status is StatusOK.
+func (s *Service) lockWrite(ctx context.Context, r *request, ino uint64) (*partition, *inode, wire.Status) {
+	p, st := s.partition(ctx, cluster.PartitionOf(ino))
 	if st != wire.StatusOK {
-		return fail(st)
+		return nil, nil, st
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, q.Ino, 0, wire.TxnID{})
+	n, st := p.inodeExclusive(ctx, ino, 0, wire.TxnID{})
+	switch {
+	case st != wire.StatusOK:
+	case n.isDir():
+		st = status(syscall.EISDIR)
+	case !n.isRegular():
+		st = status(syscall.EINVAL)
+	case !s.sessions.hasWriter(r.key, ino) && !n.permits(r.cred, wire.AccessWrite):
+		st = status(syscall.EACCES)
+	}
+	if st != wire.StatusOK {
+		p.mu.Unlock()
+		return nil, nil, st
+	}
+	return p, n, st
+}
+
+func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteCommitRequest) result {
+	p, n, st := s.lockWrite(ctx, r, q.Ino)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	switch {
-	case n.isDir():
-		return fail(status(syscall.EISDIR))
-	case !n.isRegular():
-		return fail(status(syscall.EINVAL))
-	case q.Size > maxFileSize:
+	defer p.mu.Unlock()
+	if q.Size > maxFileSize {
 		return fail(status(syscall.EFBIG))
-	case !s.sessions.hasWriter(r.key, q.Ino) && !n.permits(r.cred, wire.AccessWrite):
-		return fail(status(syscall.EACCES))
 	}
 	rec := n.rec
 	rec.Size = max(rec.Size, q.Size)
@@ -289,24 +303,11 @@ func (s *Service) writeCommit(ctx context.Context, r *request, q *wire.WriteComm
 // its data (OpWriteCommit). The permission is the write's: a writable
 // open of the caller, or write permission.
 func (s *Service) appendPlace(ctx context.Context, r *request, q *wire.AppendRequest) result {
-	p, st := s.partition(ctx, cluster.PartitionOf(q.Ino))
+	p, n, st := s.lockWrite(ctx, r, q.Ino)
 	if st != wire.StatusOK {
 		return fail(st)
 	}
-	p.mu.Lock()
 	defer p.mu.Unlock()
-	n, st := p.inodeExclusive(ctx, q.Ino, 0, wire.TxnID{})
-	if st != wire.StatusOK {
-		return fail(st)
-	}
-	switch {
-	case n.isDir():
-		return fail(status(syscall.EISDIR))
-	case !n.isRegular():
-		return fail(status(syscall.EINVAL))
-	case !s.sessions.hasWriter(r.key, q.Ino) && !n.permits(r.cred, wire.AccessWrite):
-		return fail(status(syscall.EACCES))
-	}
 	off := max(n.rec.Size, n.placed, q.Known)
 	if off > maxFileSize || q.Len > maxFileSize-off {
 		return fail(status(syscall.EFBIG))
