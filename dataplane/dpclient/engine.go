@@ -100,13 +100,12 @@ type Engine struct {
 	// reply only if gen did not move while it was out.
 	gen map[uint64]uint64
 	// ticks counts the sends and the arrivals of fetches of extents. A
-	// cached entry keeps the tick of its arrival: a reply to a fetch
-	// sent before that is as old as the entry or older, or the owner
-	// answered the two in either order, so it is not cached (a read's
-	// map answered before a write's allocation and delivered after it
-	// would undo the allocation in the cache: the next read would see a
-	// hole). The chunk's entry is dropped instead, and the next I/O asks
-	// again.
+	// cached entry keeps the tick of its arrival; a reply to a fetch
+	// sent before that crossed the entry's, and the owner may have
+	// answered the two in either order (crossed decides: a read's map
+	// answered before a write's allocation and delivered after it must
+	// not undo the allocation in the cache, or the next read sees a
+	// hole).
 	ticks uint64
 	// dirty are the writes not yet persisted; persisting, those a
 	// Persist is sending. Reads show them from unwritten extents.
@@ -142,8 +141,10 @@ type cached struct {
 	exts    []wire.Extent
 	// tick is when the entry was cached (Engine.ticks); an entry with
 	// no dc is a dropped chunk's, expired: nothing fetched before the
-	// drop may fill it.
-	tick uint64
+	// drop may fill it. alloc: the reply was to a request that may have
+	// changed the extents (allocate, fallocate), not a map.
+	tick  uint64
+	alloc bool
 }
 
 // ownerKey names the node process data was written to.
@@ -453,18 +454,35 @@ func (e *Engine) fetch(ctx context.Context, node cluster.NodeInfo, dc *dataConn,
 	}
 	e.mu.Lock()
 	e.ticks++
-	c := &cached{dc: dc, expires: sent.Add(rep.Lease), exts: rep.Extents, tick: e.ticks}
+	c := &cached{dc: dc, expires: sent.Add(rep.Lease), exts: rep.Extents, tick: e.ticks, alloc: req.Op != wire.OpMap}
 	if e.gen[req.Ino] == gen {
 		if e.cache[req.Ino] == nil {
 			e.cache[req.Ino] = make(map[uint64]*cached)
 		}
-		if old := e.cache[req.Ino][req.Chunk]; old != nil && old.tick > sentTick {
-			c = &cached{tick: e.ticks}
+		if old := e.cache[req.Ino][req.Chunk]; old == nil || old.tick < sentTick {
+			e.cache[req.Ino][req.Chunk] = c
+		} else {
+			e.cache[req.Ino][req.Chunk] = crossed(old, c)
 		}
-		e.cache[req.Ino][req.Chunk] = c
 	}
 	e.mu.Unlock()
 	return rep.Extents, nil
+}
+
+// crossed is what a chunk caches when reply c arrives after old, which
+// arrived while c's request was out: the owner may have answered them in
+// either order. A map (a read's) does not replace an allocation's
+// extents, which it may predate, and an allocation replaces a map; two
+// maps, the later. Two allocations, or anything after a drop: neither
+// is known to be the newer, so the entry is dropped (expired).
+func crossed(old, c *cached) *cached {
+	switch {
+	case old.dc == nil || old.alloc && c.alloc:
+		return &cached{tick: c.tick}
+	case old.alloc:
+		return old
+	}
+	return c
 }
 
 // writable reports whether a write of [lo, hi) can go through exts as

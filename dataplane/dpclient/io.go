@@ -345,7 +345,7 @@ func (e *Engine) Persist(ctx context.Context, ino uint64) error {
 			}
 			blocks := s.wholeBlocks(c.dc.grant.BlockSize)
 			if len(blocks) > 0 {
-				e.cache[ino][wk.chunk] = &cached{dc: c.dc, expires: c.expires, exts: convertCached(c.exts, wk.stamp, blocks), tick: c.tick}
+				e.cache[ino][wk.chunk] = &cached{dc: c.dc, expires: c.expires, exts: convertCached(c.exts, wk.stamp, blocks), tick: c.tick, alloc: c.alloc}
 			}
 		}
 	}
