@@ -128,15 +128,16 @@ func (c *Client) SetAttr(ctx context.Context, cred Cred, ino uint64, in SetAttrI
 // request per write made non-root writers several times slower. A bit set
 // through another client since this one learnt the mode is cleared by the
 // commit of the writes instead (at close or fsync), as the consistency
-// model allows for attributes.
-func (c *Client) KillPrivs(ctx context.Context, cred Cred, ino uint64) error {
+// model allows for attributes. It reports whether it asked the owner,
+// after which the caller's cached mode may be out of date.
+func (c *Client) KillPrivs(ctx context.Context, cred Cred, ino uint64) (asked bool, err error) {
 	if oi := c.opens.get(ino); oi != nil {
 		if m := oi.mode.Load(); m != 0 && m&(syscall.S_ISUID|syscall.S_ISGID) == 0 {
-			return nil
+			return false, nil
 		}
 	}
-	_, err := c.SetAttr(ctx, cred, ino, SetAttrIn{Valid: SetKillSuidGid})
-	return err
+	_, err = c.SetAttr(ctx, cred, ino, SetAttrIn{Valid: SetKillSuidGid})
+	return true, err
 }
 
 // truncated forgets the extents of ino cached for the data path after a

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/octofs/octofs/client"
 )
 
@@ -300,6 +302,38 @@ func TestUnprivilegedWritesAskOnlyForSetuid(t *testing.T) {
 	}
 	if b, err := os.ReadFile(p); err != nil || string(b) != strings.Repeat("y", writes) {
 		t.Errorf("the file holds %q (%v), want %d y", b, err, writes)
+	}
+
+	// A statx of the mode alone is answered from the kernel's attribute
+	// cache, which a write invalidates for size and times only: the
+	// mount must drop the mode it cleared (coreutils' stat -c %A showed
+	// -rwsr-xr-x for a second after `echo data >> f` as its owner).
+	g := filepath.Join(d, "g")
+	if err := os.WriteFile(g, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(g, int(nobody.uid), int(nobody.gid)); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Chmod(g, 0o4755); err != nil {
+		t.Fatal(err)
+	}
+	var stx unix.Statx_t
+	statxMode := func() uint32 {
+		t.Helper()
+		if err := unix.Statx(unix.AT_FDCWD, g, 0, unix.STATX_MODE, &stx); err != nil {
+			t.Fatal(err)
+		}
+		return uint32(stx.Mode) &^ syscall.S_IFMT
+	}
+	if m := statxMode(); m != 0o4755 {
+		t.Fatalf("statx(STATX_MODE) after chmod 04755: %#o", m)
+	}
+	if got := as(t, nobody, d, "writes", "g", "z", "1"); got != "0" {
+		t.Fatalf("a write as nobody: %s", got)
+	}
+	if m := statxMode(); m != 0o755 {
+		t.Errorf("statx(STATX_MODE) right after a write as nobody to a file of mode 04755: %#o, want 0755", m)
 	}
 }
 

@@ -376,7 +376,10 @@ func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 // leaves the bits to the file system). The write's commit at close clears
 // them too, but Linux clears them at the write, and the kernel asks for
 // the attributes right after it. client.KillPrivs asks the cluster only
-// when the file may have them.
+// when the file may have them; when it did, the kernel's cached
+// attributes are dropped, since the write's answer makes it forget the
+// size and times only, and a statx of the mode alone would show the
+// bits for an attribute timeout.
 func (r *rawFS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	if st := r.killPrivs(in); st != fuse.OK {
 		return 0, st
@@ -396,7 +399,11 @@ func (r *rawFS) killPrivs(in *fuse.WriteIn) fuse.Status {
 		return fuse.OK
 	}
 	ctx := &fuse.Context{Caller: in.Caller} // not interruptible: see detach
-	err := r.fsys.c.KillPrivs(ctx, r.fsys.creds.cred(ctx), in.NodeId)
+	asked, err := r.fsys.c.KillPrivs(ctx, r.fsys.creds.cred(ctx), in.NodeId)
+	if asked && err == nil {
+		// A negative offset drops the attributes only.
+		r.srv.InodeNotify(in.NodeId, -1, 0)
+	}
 	return fuse.Status(errno(r.fsys.log, "write-killpriv", err))
 }
 
