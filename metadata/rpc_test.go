@@ -179,7 +179,21 @@ func BenchmarkOverRPC(b *testing.B) {
 			}
 		}
 	}
+	list, err := cl.Mkdir(bg, root, d.Ino, "list", 0o777)
+	require.NoError(b, err)
+	for i := range 100 {
+		_, err := cl.Create(bg, root, list.Ino, fmt.Sprintf("entry-%03d", i), 0o644, 0, false, 0)
+		require.NoError(b, err)
+	}
 	ops := map[string]func() error{
+		// A 100-entry listing in one request (octoctl bench meta's).
+		"readdir": func() error {
+			ents, _, err := cl.ReadDir(bg, root, list.Ino, 0, 0, 101)
+			if err == nil && len(ents) != 100 {
+				err = fmt.Errorf("listed %d entries of 100", len(ents))
+			}
+			return err
+		},
 		"null": func() error { return cl.Null(bg, m.Partitions[cluster.PartitionOf(d.Ino)]) },
 		"stat": func() error { _, err := cl.GetAttr(bg, root, f.Ino, 0); return err },
 		"create-one-partition": func() error {
@@ -191,7 +205,7 @@ func BenchmarkOverRPC(b *testing.B) {
 			return err
 		},
 	}
-	for _, name := range []string{"null", "stat", "create-one-partition", "create-across-nodes"} {
+	for _, name := range []string{"null", "stat", "readdir", "create-one-partition", "create-across-nodes"} {
 		for _, depth := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/depth=%d", name, depth), func(b *testing.B) {
 				var next atomic.Int64

@@ -104,7 +104,11 @@ func DecodeRequest(b []byte) (Op, Header, Body, error) {
 // EncodeReply returns the bytes of a reply. body is encoded only with
 // StatusOK (it may be nil for ops that answer nothing).
 func EncodeReply(rh ReplyHeader, body Body) []byte {
-	e := codec.NewEncoder(make([]byte, 0, 160))
+	size := 160
+	if s, ok := body.(sizer); ok && rh.Status == StatusOK {
+		size = 29 + s.size()
+	}
+	e := codec.NewEncoder(make([]byte, 0, size))
 	e.U8(Version)
 	e.U32(uint32(rh.Status))
 	e.U64(rh.Epoch)
@@ -650,6 +654,24 @@ func (r *ReadDirReply) encode(e *codec.Encoder) {
 	}
 	e.Bool(r.EOF)
 }
+
+// sizer is a body that knows its encoded size beforehand, so that its
+// encoder is made large enough at once (a page of a listing is tens of
+// KiB, grown by doubling from 160 bytes before).
+type sizer interface{ size() int }
+
+func (r *ReadDirReply) size() int {
+	n := 4 + 1
+	for i := range r.Entries {
+		n += dirEntryMin + len(r.Entries[i].Name)
+		if r.Entries[i].HasAttr {
+			n += AttrSize
+		}
+	}
+	return n
+}
+
+func (r *OpenDirReply) size() int { return AttrSize + r.Page.size() }
 
 // dirEntryMin is the smallest encoded entry.
 const dirEntryMin = 2 + 8 + 4 + 8 + 1

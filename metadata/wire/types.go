@@ -98,6 +98,9 @@ type Attr struct {
 // IsDir reports whether the attributes are a directory's.
 func (a Attr) IsDir() bool { return a.Mode&ModeType == ModeDir }
 
+// AttrSize is the size of an encoded Attr (fixed).
+const AttrSize = 108
+
 func (a *Attr) encode(e *codec.Encoder) {
 	e.U64(a.Ino)
 	e.U64(a.Gen)

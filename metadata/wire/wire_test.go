@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/octofs/octofs/internal/codec"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the golden files in testdata")
@@ -166,6 +168,28 @@ func TestReplyRoundTrip(t *testing.T) {
 		require.Equal(t, rh, rh2)
 		require.Equal(t, AttrReply{}, body)
 	})
+}
+
+// TestSizeHints checks that a body's size hint is its encoded size, so
+// that EncodeReply allocates once and exactly; and AttrSize.
+func TestSizeHints(t *testing.T) {
+	e := codec.NewEncoder(nil)
+	sampleAttr.encode(e)
+	require.Len(t, e.Bytes(), AttrSize)
+	sized := 0
+	for name, tc := range sampleReplies() {
+		s, ok := tc.body.(sizer)
+		if !ok {
+			continue
+		}
+		sized++
+		e := codec.NewEncoder(nil)
+		tc.body.encode(e)
+		require.Equal(t, e.Len(), s.size(), name)
+		b := EncodeReply(ReplyHeader{}, tc.body)
+		require.Equal(t, len(b), cap(b), "%s: EncodeReply's buffer is not exact", name)
+	}
+	require.NotZero(t, sized, "no sample reply has a size hint")
 }
 
 func sampleRecords() map[string]Record {
