@@ -244,21 +244,22 @@ func (s *Service) listPage(p *partition, n *inode, c *wire.Cred, cookie uint64, 
 	// Room for a page at once (up to 1,024 entries; a longer one grows):
 	// growing a slice of 176-byte entries by doubling was most of a
 	// 100-entry listing's CPU.
-	room := min(n.dir.len(), budget/minEntryBytes+1, 1024)
+	room := min(n.dir.len(), budget/wire.DirEntrySize("x", false)+1, 1024)
 	if maxEntries != 0 {
 		room = min(room, int(maxEntries))
 	}
-	rep.Entries = make([]wire.DirEntry, 0, room)
+	if room > 0 {
+		rep.Entries = make([]wire.DirEntry, 0, room)
+	}
 	used := 8
 	n.dir.after(cookie, func(e *dentry) bool {
 		ent := wire.DirEntry{Name: e.name, Ino: e.ino, Type: e.typ, Cookie: e.cookie}
-		size := 23 + len(e.name)
 		if withAttrs && cluster.PartitionOf(e.ino) == p.id {
 			if child := p.inodes[e.ino]; child != nil && !child.gone() && child.rec.Flags&wire.InodePending == 0 {
 				ent.HasAttr, ent.Attr = true, child.attr()
-				size += wire.AttrSize
 			}
 		}
+		size := wire.DirEntrySize(e.name, ent.HasAttr)
 		if (maxEntries != 0 && len(rep.Entries) >= int(maxEntries)) || (used+size > budget && len(rep.Entries) > 0) {
 			rep.EOF = false
 			return false
@@ -269,10 +270,6 @@ func (s *Service) listPage(p *partition, n *inode, c *wire.Cred, cookie uint64, 
 	})
 	return rep
 }
-
-// minEntryBytes is the least an entry of a page takes (a one-byte name,
-// no attributes).
-const minEntryBytes = 24
 
 func (s *Service) access(ctx context.Context, r *request, q *wire.AccessRequest) result {
 	if q.Mask&^7 != 0 {

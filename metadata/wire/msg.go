@@ -101,12 +101,16 @@ func DecodeRequest(b []byte) (Op, Header, Body, error) {
 	return op, h, body, nil
 }
 
+// replyHeaderSize is the size of an encoded ReplyHeader: version,
+// status, epoch, incarnation, inode.
+const replyHeaderSize = 1 + 4 + 8 + 8 + 8
+
 // EncodeReply returns the bytes of a reply. body is encoded only with
 // StatusOK (it may be nil for ops that answer nothing).
 func EncodeReply(rh ReplyHeader, body Body) []byte {
 	size := 160
 	if s, ok := body.(sizer); ok && rh.Status == StatusOK {
-		size = 29 + s.size()
+		size = replyHeaderSize + s.size()
 	}
 	e := codec.NewEncoder(make([]byte, 0, size))
 	e.U8(Version)
@@ -663,10 +667,17 @@ type sizer interface{ size() int }
 func (r *ReadDirReply) size() int {
 	n := 4 + 1
 	for i := range r.Entries {
-		n += dirEntryMin + len(r.Entries[i].Name)
-		if r.Entries[i].HasAttr {
-			n += AttrSize
-		}
+		n += DirEntrySize(r.Entries[i].Name, r.Entries[i].HasAttr)
+	}
+	return n
+}
+
+// DirEntrySize is the encoded size of a DirEntry named name, with or
+// without attributes: what a page's byte budget counts.
+func DirEntrySize(name string, withAttr bool) int {
+	n := dirEntryMin + len(name)
+	if withAttr {
+		n += AttrSize
 	}
 	return n
 }
