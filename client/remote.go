@@ -402,20 +402,14 @@ func (n mdNamespace) ReadDir(ctx context.Context, cred Cred, ino, cookie uint64,
 
 func dirEntries(ents []wire.DirEntry) []DirEntry {
 	out := make([]DirEntry, len(ents))
-	withAttr := 0
-	for i := range ents {
-		if ents[i].HasAttr {
-			withAttr++
-		}
-	}
 	// One allocation for the page's attributes, not one per entry.
-	attrs := make([]Attr, 0, withAttr)
+	attrs := make([]Attr, len(ents))
 	for i := range ents {
 		e := &ents[i]
 		out[i] = DirEntry{Name: e.Name, Ino: e.Ino, Type: e.Type, Cookie: e.Cookie}
 		if e.HasAttr {
-			attrs = append(attrs, fromWire(e.Attr))
-			out[i].Attr = &attrs[len(attrs)-1]
+			attrs[i] = fromWire(e.Attr)
+			out[i].Attr = &attrs[i]
 		}
 	}
 	return out
